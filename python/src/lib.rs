@@ -1,0 +1,1 @@
+//! Python bindings for boltccl. Intentionally empty until the bindings issue lands.
