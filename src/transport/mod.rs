@@ -1,0 +1,78 @@
+//! Transports move framed messages between ranks; algorithms decide which.
+//!
+//! The whole interface is one call, [`Transport::exchange`]: a batch of sends and receives
+//! that proceed concurrently on all links, in list order per peer, with a callback as each
+//! receive completes so the caller can reduce that piece while the rest is still on the wire.
+//! That is enough for every algorithm boltccl has (mesh, direct reduce-scatter/all-gather,
+//! bidirectional ring, point-to-point), and small enough that TCP, the in-process transport
+//! and RDMA verbs each implement it in one file.
+
+pub mod mem;
+pub mod tcp;
+
+use crate::error::Error;
+use crate::wire::Header;
+use std::time::Duration;
+
+/// One message to send: a header (the transport sets nothing in it) and its payload.
+pub struct SendOp<'a> {
+    /// Destination rank (transport numbering).
+    pub peer: usize,
+    /// Header; `len` must equal `data.len()`.
+    pub header: Header,
+    /// Payload.
+    pub data: &'a [u8],
+}
+
+/// One message to receive into a buffer, and the header it must carry.
+pub struct RecvOp<'a> {
+    /// Source rank (transport numbering).
+    pub peer: usize,
+    /// The header the sender must have sent; any difference is an error.
+    pub expect: Header,
+    /// Where the payload lands; its length must equal `expect.len`.
+    pub buf: &'a mut [u8],
+}
+
+/// Limits for one exchange.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Fail if nothing moves for this long.
+    pub timeout: Duration,
+    /// Name of the call, for error messages.
+    pub op: &'static str,
+}
+
+/// Called with all receives and the index of the one that just completed.
+pub type OnRecv<'c> = dyn FnMut(&[RecvOp<'_>], usize) -> Result<(), Error> + 'c;
+
+/// A way to move messages between the ranks of one job.
+pub trait Transport: Send {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// Run `sends` and `recvs` to completion, all peers concurrently, in list order per peer.
+    /// Calls `on_recv(recvs, i)` when receive `i` has arrived and its header checked.
+    /// Returns the first error: a dead peer, a peer's abort, a mismatched header, a timeout.
+    fn exchange(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        limits: Limits,
+    ) -> Result<(), Error>;
+    /// Best effort, never blocking for long: tell every rank that this job is failing because
+    /// of `cause`, and close the data links so no one waits on this rank.
+    fn abort(&mut self, cause: &Error);
+}
+
+/// The abort frame's view of an error: who is to blame, whether that rank is gone, and why.
+pub(crate) fn abort_fields(me: usize, cause: &Error) -> (usize, bool, String) {
+    match cause {
+        Error::PeerLost { rank, detail } => (*rank, true, detail.clone()),
+        Error::Aborted { rank, reason } => (*rank, false, reason.clone()),
+        Error::Poisoned(inner) => abort_fields(me, inner),
+        other => (me, false, other.to_string()),
+    }
+}
