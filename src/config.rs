@@ -158,11 +158,9 @@ impl Config {
     /// Read the configuration through `get` (a stand-in for the environment, for tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
         let first = |names: &[&str]| -> Option<(String, String)> {
-            names.iter().find_map(|n| {
-                get(n)
-                    .filter(|v| !v.trim().is_empty())
-                    .map(|v| (n.to_string(), v.trim().to_string()))
-            })
+            names
+                .iter()
+                .find_map(|n| get(n).filter(|v| !v.trim().is_empty()).map(|v| (n.to_string(), v.trim().to_string())))
         };
         let mut cfg = Config::default();
 
@@ -170,41 +168,24 @@ impl Config {
         if let Some((var, path)) = &hostfile {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Error::Config(format!("{var}={path}: cannot read hostfile: {e}")))?;
-            cfg.hosts = Some(
-                parse_hostfile(&text).map_err(|e| Error::Config(format!("{var}={path}: {e}")))?,
-            );
+            cfg.hosts = Some(parse_hostfile(&text).map_err(|e| Error::Config(format!("{var}={path}: {e}")))?);
         }
 
-        if let Some((var, v)) = first(&[
-            RANK,
-            "JACCL_RANK",
-            "MLX_RANK",
-            "OMPI_COMM_WORLD_RANK",
-            "PMI_RANK",
-            "SLURM_PROCID",
-        ]) {
+        if let Some((var, v)) =
+            first(&[RANK, "JACCL_RANK", "MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"])
+        {
             cfg.rank = parse_num(&var, &v)?;
         }
-        if let Some((var, v)) = first(&[
-            WORLD_SIZE,
-            "MLX_WORLD_SIZE",
-            "OMPI_COMM_WORLD_SIZE",
-            "PMI_SIZE",
-            "SLURM_NTASKS",
-        ]) {
+        if let Some((var, v)) =
+            first(&[WORLD_SIZE, "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"])
+        {
             cfg.world_size = parse_num(&var, &v)?;
         } else if let Some(h) = &cfg.hosts {
             cfg.world_size = h.len();
         }
         cfg.coordinator = first(&[COORDINATOR, "MLX_JACCL_COORDINATOR", "JACCL_COORDINATOR"])
             .map(|(_, v)| v)
-            .or_else(|| {
-                cfg.hosts
-                    .as_ref()
-                    .and_then(|h| h.first())
-                    .and_then(|r| r.first())
-                    .cloned()
-            });
+            .or_else(|| cfg.hosts.as_ref().and_then(|h| h.first()).and_then(|r| r.first()).cloned());
         cfg.job_key = first(&[JOB_KEY]).map(|(_, v)| v);
         if let Some((var, v)) = first(&[TIMEOUT_MS]) {
             cfg.timeout = Duration::from_millis(parse_num(&var, &v)?);
@@ -217,17 +198,12 @@ impl Config {
                 "tcp" => Backend::Tcp,
                 "verbs" | "rdma" | "ibv" => Backend::Verbs,
                 "auto" => Backend::Auto,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "{var}={v}: expected tcp, verbs or auto"
-                    )))
-                }
+                _ => return Err(Error::Config(format!("{var}={v}: expected tcp, verbs or auto"))),
             };
         }
         if let Some((var, v)) = first(&[ALGO]) {
-            cfg.algo = parse_algo(&v).ok_or_else(|| {
-                Error::Config(format!("{var}={v}: expected auto, mesh, direct or ring"))
-            })?;
+            cfg.algo = parse_algo(&v)
+                .ok_or_else(|| Error::Config(format!("{var}={v}: expected auto, mesh, direct or ring")))?;
         }
         if let Some((var, v)) = first(&[CHUNK_BYTES]) {
             cfg.chunk_bytes = parse_num(&var, &v)?;
@@ -244,20 +220,12 @@ impl Config {
             }
         }
         if let Some((var, v)) = first(&[BIND]) {
-            cfg.bind = Some(
-                v.parse()
-                    .map_err(|_| Error::Config(format!("{var}={v}: not an IP address")))?,
-            );
+            cfg.bind = Some(v.parse().map_err(|_| Error::Config(format!("{var}={v}: not an IP address")))?);
         }
-        if let Some((var, v)) = first(&[
-            LOCAL_WORLD_SIZE,
-            "OMPI_COMM_WORLD_LOCAL_SIZE",
-            "MPI_LOCALNRANKS",
-        ]) {
+        if let Some((var, v)) = first(&[LOCAL_WORLD_SIZE, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]) {
             cfg.local_world_size = Some(parse_num(&var, &v)?);
         }
-        cfg.ibv_devices =
-            first(&[IBV_DEVICES, "MLX_IBV_DEVICES", "JACCL_IBV_DEVICES"]).map(|(_, v)| v.into());
+        cfg.ibv_devices = first(&[IBV_DEVICES, "MLX_IBV_DEVICES", "JACCL_IBV_DEVICES"]).map(|(_, v)| v.into());
         cfg.validate()?;
         Ok(cfg)
     }
@@ -275,19 +243,14 @@ impl Config {
                 self.world_size - 1
             )));
         }
-        if !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(&self.chunk_bytes)
-            || self.chunk_bytes % 8 != 0
-        {
+        if !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(&self.chunk_bytes) || self.chunk_bytes % 8 != 0 {
             return Err(Error::Config(format!(
                 "{CHUNK_BYTES}={}: must be a multiple of 8 between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES}",
                 self.chunk_bytes
             )));
         }
         if !(1..=16).contains(&self.tcp_streams) {
-            return Err(Error::Config(format!(
-                "{TCP_STREAMS}={}: must be between 1 and 16",
-                self.tcp_streams
-            )));
+            return Err(Error::Config(format!("{TCP_STREAMS}={}: must be between 1 and 16", self.tcp_streams)));
         }
         if self.world_size > 1 && self.coordinator.is_none() {
             return Err(Error::Config(format!(
@@ -312,10 +275,7 @@ impl Config {
 
     /// Resolve the coordinator address.
     pub(crate) fn coordinator_addr(&self) -> Result<SocketAddr> {
-        let text = self
-            .coordinator
-            .as_deref()
-            .ok_or_else(|| Error::Config(format!("{COORDINATOR} is not set")))?;
+        let text = self.coordinator.as_deref().ok_or_else(|| Error::Config(format!("{COORDINATOR} is not set")))?;
         text.to_socket_addrs()
             .map_err(|e| Error::Config(format!("{COORDINATOR}={text}: cannot resolve: {e}")))?
             .next()
@@ -335,8 +295,7 @@ impl Config {
 }
 
 fn parse_num<T: std::str::FromStr>(var: &str, v: &str) -> Result<T> {
-    v.parse()
-        .map_err(|_| Error::Config(format!("{var}={v}: expected a non-negative integer")))
+    v.parse().map_err(|_| Error::Config(format!("{var}={v}: expected a non-negative integer")))
 }
 
 /// Parse an algorithm name as accepted by `BOLTCCL_ALGO`.
@@ -379,10 +338,9 @@ pub fn parse_hostfile(text: &str) -> std::result::Result<Vec<Vec<String>>, Strin
     })?;
     let ranks = match parsed {
         HostfileText::Ring(r) => r,
-        HostfileText::Hosts(h) | HostfileText::Object { hosts: h } => h
-            .into_iter()
-            .map(|e| if e.ips.is_empty() { vec![e.ssh] } else { e.ips })
-            .collect(),
+        HostfileText::Hosts(h) | HostfileText::Object { hosts: h } => {
+            h.into_iter().map(|e| if e.ips.is_empty() { vec![e.ssh] } else { e.ips }).collect()
+        }
     };
     if ranks.is_empty() {
         return Err("the hostfile lists no ranks".into());
@@ -402,13 +360,11 @@ pub fn parse_launch_hostfile(text: &str) -> std::result::Result<Vec<HostEntry>, 
         Hosts(Vec<HostEntry>),
         Object { hosts: Vec<HostEntry> },
     }
-    let parsed: Launch = serde_json::from_str(text)
-        .map_err(|e| format!("not a launcher hostfile ({e}); expected [{{\"ssh\": \"host\", \"ips\": [\"ip\"]}}, ...]"))?;
+    let parsed: Launch = serde_json::from_str(text).map_err(|e| {
+        format!("not a launcher hostfile ({e}); expected [{{\"ssh\": \"host\", \"ips\": [\"ip\"]}}, ...]")
+    })?;
     let hosts = match parsed {
-        Launch::Names(n) => n
-            .into_iter()
-            .map(|ssh| HostEntry { ssh, ips: vec![] })
-            .collect(),
+        Launch::Names(n) => n.into_iter().map(|ssh| HostEntry { ssh, ips: vec![] }).collect(),
         Launch::Hosts(h) | Launch::Object { hosts: h } => h,
     };
     if hosts.is_empty() {
@@ -424,10 +380,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn cfg(vars: &[(&str, &str)]) -> Result<Config> {
-        let m: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(|k| m.get(k).cloned())
     }
 
@@ -448,63 +401,36 @@ mod tests {
         ])
         .unwrap();
         assert_eq!((c.rank, c.world_size), (2, 4));
-        let c = cfg(&[
-            ("PMI_RANK", "1"),
-            ("PMI_SIZE", "3"),
-            ("MLX_JACCL_COORDINATOR", "10.0.0.1:1"),
-        ])
-        .unwrap();
-        assert_eq!(
-            (c.rank, c.world_size, c.coordinator.as_deref()),
-            (1, 3, Some("10.0.0.1:1"))
-        );
+        let c = cfg(&[("PMI_RANK", "1"), ("PMI_SIZE", "3"), ("MLX_JACCL_COORDINATOR", "10.0.0.1:1")]).unwrap();
+        assert_eq!((c.rank, c.world_size, c.coordinator.as_deref()), (1, 3, Some("10.0.0.1:1")));
     }
 
     #[test]
     fn errors_say_what_to_fix() {
-        let e = cfg(&[
-            ("BOLTCCL_RANK", "4"),
-            ("BOLTCCL_WORLD_SIZE", "4"),
-            ("BOLTCCL_COORDINATOR", "a:1"),
-        ])
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("rank 4 is out of range") && e.contains("BOLTCCL_RANK"),
-            "{e}"
-        );
+        let e = cfg(&[("BOLTCCL_RANK", "4"), ("BOLTCCL_WORLD_SIZE", "4"), ("BOLTCCL_COORDINATOR", "a:1")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 4 is out of range") && e.contains("BOLTCCL_RANK"), "{e}");
         let e = cfg(&[("BOLTCCL_WORLD_SIZE", "2")]).unwrap_err().to_string();
         assert!(e.contains("BOLTCCL_COORDINATOR"), "{e}");
         let e = cfg(&[("BOLTCCL_ALGO", "tree")]).unwrap_err().to_string();
         assert!(e.contains("expected auto, mesh, direct or ring"), "{e}");
-        let e = cfg(&[("BOLTCCL_CHUNK_BYTES", "12")])
-            .unwrap_err()
-            .to_string();
+        let e = cfg(&[("BOLTCCL_CHUNK_BYTES", "12")]).unwrap_err().to_string();
         assert!(e.contains("multiple of 8"), "{e}");
-        let e = cfg(&[("BOLTCCL_TIMEOUT_MS", "soon")])
-            .unwrap_err()
-            .to_string();
+        let e = cfg(&[("BOLTCCL_TIMEOUT_MS", "soon")]).unwrap_err().to_string();
         assert!(e.contains("BOLTCCL_TIMEOUT_MS=soon"), "{e}");
     }
 
     #[test]
     fn hostfile_formats() {
-        let ring =
-            parse_hostfile(r#"[["10.0.0.1:5000","10.0.1.1:5000"],["10.0.0.2:5000"]]"#).unwrap();
+        let ring = parse_hostfile(r#"[["10.0.0.1:5000","10.0.1.1:5000"],["10.0.0.2:5000"]]"#).unwrap();
         assert_eq!(ring[1], vec!["10.0.0.2:5000"]);
-        let hosts = parse_hostfile(
-            r#"{"backend":"jaccl","hosts":[{"ssh":"m1","ips":["1.2.3.4"]},{"ssh":"m2"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            hosts,
-            vec![vec!["1.2.3.4".to_string()], vec!["m2".to_string()]]
-        );
+        let hosts =
+            parse_hostfile(r#"{"backend":"jaccl","hosts":[{"ssh":"m1","ips":["1.2.3.4"]},{"ssh":"m2"}]}"#).unwrap();
+        assert_eq!(hosts, vec![vec!["1.2.3.4".to_string()], vec!["m2".to_string()]]);
         assert!(parse_hostfile("[]").is_err());
         assert!(parse_hostfile("[[]]").unwrap_err().contains("rank 0"));
-        assert!(parse_hostfile("{")
-            .unwrap_err()
-            .contains("expected a JSON list"));
+        assert!(parse_hostfile("{").unwrap_err().contains("expected a JSON list"));
         let l = parse_launch_hostfile(r#"["a","b"]"#).unwrap();
         assert_eq!(l[1].ssh, "b");
     }
@@ -514,11 +440,7 @@ mod tests {
         let readme = include_str!("../README.md");
         for v in ENV_VARS {
             let row = format!("| `{}` |", v.name);
-            assert!(
-                readme.contains(&row),
-                "README's environment table lacks {}",
-                v.name
-            );
+            assert!(readme.contains(&row), "README's environment table lacks {}", v.name);
         }
     }
 

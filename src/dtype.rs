@@ -99,9 +99,7 @@ impl DType {
             DType::U32 => "u32",
             DType::U64 => "u64",
         };
-        DType::ALL
-            .into_iter()
-            .find(|&d| d.name() == s || short(d) == s)
+        DType::ALL.into_iter().find(|&d| d.name() == s || short(d) == s)
     }
 }
 

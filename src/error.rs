@@ -109,6 +109,14 @@ pub enum Error {
     )]
     Busy,
 
+    /// The caller's interrupt check (for example Ctrl-C in Python) stopped a waiting call.
+    /// The call was cut off midway, so the group is unusable afterwards.
+    #[error("interrupted while waiting in {op}; the group is unusable after an interrupted call")]
+    Interrupted {
+        /// The call that was interrupted.
+        op: String,
+    },
+
     /// A bug in boltccl. Please report it.
     #[error("internal error (a bug in boltccl, please report): {0}")]
     Internal(String),
@@ -138,6 +146,8 @@ pub enum ErrorKind {
     Unsupported,
     /// Concurrent use of one group.
     Busy,
+    /// Stopped by the caller's interrupt check.
+    Interrupted,
     /// A bug.
     Internal,
 }
@@ -158,6 +168,7 @@ impl Error {
             Error::Unsupported(_) => ErrorKind::Unsupported,
             Error::Poisoned(inner) => inner.kind(),
             Error::Busy => ErrorKind::Busy,
+            Error::Interrupted { .. } => ErrorKind::Interrupted,
             Error::Internal(_) => ErrorKind::Internal,
         }
     }
@@ -185,10 +196,6 @@ impl Error {
     }
 
     pub(crate) fn io(rank: usize, op: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io {
-            rank,
-            op: op.into(),
-            source: std::sync::Arc::new(source),
-        }
+        Error::Io { rank, op: op.into(), source: std::sync::Arc::new(source) }
     }
 }

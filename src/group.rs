@@ -5,7 +5,7 @@ use crate::config::{Algo, Backend, Config};
 use crate::dtype::{DType, Element, ReduceOp};
 use crate::error::{Error, Result};
 use crate::transport::mem::MemTransport;
-use crate::transport::{Limits, Transport};
+use crate::transport::{InterruptCheck, Limits, Transport};
 use crate::wire::{Coll, Header};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ struct Shared {
     transport: Mutex<Box<dyn Transport>>,
     /// The first communication error; every later call reports it.
     poison: Mutex<Option<Error>>,
+    interrupt: Mutex<Option<InterruptCheck>>,
     cfg: Config,
 }
 
@@ -73,10 +74,7 @@ pub fn init() -> Result<Group> {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env(crate::config::LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 fn bytes<T: Element>(s: &[T]) -> &[u8] {
@@ -114,7 +112,9 @@ impl Group {
                 }
                 Backend::Auto => {
                     if cfg.ibv_devices.is_some() {
-                        tracing::warn!("RDMA devices are configured but this build has no verbs transport yet: using TCP");
+                        tracing::warn!(
+                            "RDMA devices are configured but this build has no verbs transport yet: using TCP"
+                        );
                     } else {
                         tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured, using TCP");
                     }
@@ -131,6 +131,7 @@ impl Group {
             shared: Arc::new(Shared {
                 transport: Mutex::new(t),
                 poison: Mutex::new(None),
+                interrupt: Mutex::new(None),
                 cfg,
             }),
             members: (0..size).collect(),
@@ -152,11 +153,7 @@ impl Group {
             .into_iter()
             .enumerate()
             .map(|(rank, t)| {
-                let cfg = Config {
-                    rank,
-                    world_size: n,
-                    ..template.clone()
-                };
+                let cfg = Config { rank, world_size: n, ..template.clone() };
                 Group::from_transport(Box::new(t), cfg)
             })
             .collect()
@@ -170,6 +167,13 @@ impl Group {
     /// Number of ranks.
     pub fn size(&self) -> usize {
         self.members.len()
+    }
+
+    /// Install a check that blocked calls run every 50 ms (never on the fast path); when it
+    /// returns `true` the call fails with [`Error::Interrupted`] and the group is poisoned.
+    /// Shared with sub-groups. Language bindings use it to deliver Ctrl-C.
+    pub fn set_interrupt_check(&self, check: Option<InterruptCheck>) {
+        *self.shared.interrupt.lock() = check;
     }
 
     /// The settings this group was formed with.
@@ -212,8 +216,7 @@ impl Group {
         *counter = counter.wrapping_add(1);
         let seq = *counter;
         let base = Header::data(coll, self.id, seq, dtype, op, count as u64, aux as u16);
-        let span =
-            tracing::debug_span!("call", op = %coll.describe(op as u8), rank = self.me, count, seq);
+        let span = tracing::debug_span!("call", op = %coll.describe(op as u8), rank = self.me, count, seq);
         let _enter = span.enter();
         let mut guard = self.shared.transport.lock();
         let State { scratch, stage, .. } = &mut *st;
@@ -228,6 +231,7 @@ impl Group {
             limits: Limits {
                 timeout: self.shared.cfg.timeout,
                 op: op_name(coll, op),
+                interrupt: self.shared.interrupt.lock().clone(),
             },
         };
         let r = f(&mut ctx);
@@ -246,9 +250,7 @@ impl Group {
 
     fn check_len(&self, what: &str, len: usize, dtype: DType) -> Result<()> {
         if len % dtype.size() != 0 {
-            return Err(Error::invalid(format!(
-                "{what} is {len} bytes, not a whole number of {dtype} elements"
-            )));
+            return Err(Error::invalid(format!("{what} is {len} bytes, not a whole number of {dtype} elements")));
         }
         Ok(())
     }
@@ -263,13 +265,7 @@ impl Group {
 
     /// Reduce raw bytes of `dtype` elements across ranks. `input = None` means `output`
     /// holds the input (in place). The building block of the typed calls and the bindings.
-    pub fn all_reduce_raw(
-        &self,
-        op: ReduceOp,
-        dtype: DType,
-        input: Option<&[u8]>,
-        output: &mut [u8],
-    ) -> Result<()> {
+    pub fn all_reduce_raw(&self, op: ReduceOp, dtype: DType, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
         self.check_len("the buffer", output.len(), dtype)?;
         if let Some(i) = input {
             if i.len() != output.len() {
@@ -281,29 +277,19 @@ impl Group {
             }
         }
         let algo = self.pick(output.len());
-        self.run(
-            Coll::AllReduce,
-            dtype,
-            op,
-            output.len() / dtype.size(),
-            0,
-            None,
-            |ctx| {
-                if ctx.size() == 1 {
-                    if let Some(i) = input {
-                        output.copy_from_slice(i);
-                    }
-                    return Ok(());
+        self.run(Coll::AllReduce, dtype, op, output.len() / dtype.size(), 0, None, |ctx| {
+            if ctx.size() == 1 {
+                if let Some(i) = input {
+                    output.copy_from_slice(i);
                 }
-                match algo {
-                    Algo::Mesh => algo::mesh::all_reduce(ctx, op, dtype, input, output),
-                    Algo::Ring => algo::ring::all_reduce(ctx, op, dtype, input, output),
-                    Algo::Direct | Algo::Auto => {
-                        algo::direct::all_reduce(ctx, op, dtype, input, output)
-                    }
-                }
-            },
-        )
+                return Ok(());
+            }
+            match algo {
+                Algo::Mesh => algo::mesh::all_reduce(ctx, op, dtype, input, output),
+                Algo::Ring => algo::ring::all_reduce(ctx, op, dtype, input, output),
+                Algo::Direct | Algo::Auto => algo::direct::all_reduce(ctx, op, dtype, input, output),
+            }
+        })
     }
 
     /// Reduce `buf` in place with `op`.
@@ -312,12 +298,7 @@ impl Group {
     }
 
     /// Reduce `input` with `op` into `output` (same length).
-    pub fn all_reduce_into<T: Element>(
-        &self,
-        op: ReduceOp,
-        input: &[T],
-        output: &mut [T],
-    ) -> Result<()> {
+    pub fn all_reduce_into<T: Element>(&self, op: ReduceOp, input: &[T], output: &mut [T]) -> Result<()> {
         self.all_reduce_raw(op, T::DTYPE, Some(bytes(input)), bytes_mut(output))
     }
 
@@ -363,15 +344,9 @@ impl Group {
                 input.len() * self.size() / dtype.size()
             )));
         }
-        self.run(
-            Coll::AllGather,
-            dtype,
-            ReduceOp::Sum,
-            input.len() / dtype.size(),
-            0,
-            None,
-            |ctx| algo::direct::all_gather(ctx, input, output),
-        )
+        self.run(Coll::AllGather, dtype, ReduceOp::Sum, input.len() / dtype.size(), 0, None, |ctx| {
+            algo::direct::all_gather(ctx, input, output)
+        })
     }
 
     /// `output` (of `size() * input.len()` elements) gets every rank's `input`, in rank order.
@@ -381,13 +356,7 @@ impl Group {
 
     /// Reduce-scatter raw bytes: `input` holds `size()` blocks of `output.len()` bytes; this
     /// rank gets block `rank()` reduced with `op` over all ranks.
-    pub fn reduce_scatter_raw(
-        &self,
-        op: ReduceOp,
-        dtype: DType,
-        input: &[u8],
-        output: &mut [u8],
-    ) -> Result<()> {
+    pub fn reduce_scatter_raw(&self, op: ReduceOp, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
         self.check_len("the output", output.len(), dtype)?;
         if input.len() != output.len() * self.size() {
             return Err(Error::invalid(format!(
@@ -398,15 +367,9 @@ impl Group {
                 output.len() * self.size() / dtype.size()
             )));
         }
-        self.run(
-            Coll::ReduceScatter,
-            dtype,
-            op,
-            output.len() / dtype.size(),
-            0,
-            None,
-            |ctx| algo::direct::reduce_scatter(ctx, op, dtype, input, output),
-        )
+        self.run(Coll::ReduceScatter, dtype, op, output.len() / dtype.size(), 0, None, |ctx| {
+            algo::direct::reduce_scatter(ctx, op, dtype, input, output)
+        })
     }
 
     /// Sum `input` (of `size() * output.len()` elements) across ranks; this rank gets block
@@ -416,12 +379,7 @@ impl Group {
     }
 
     /// Like [`Group::reduce_scatter`] with another reduction.
-    pub fn reduce_scatter_with<T: Element>(
-        &self,
-        op: ReduceOp,
-        input: &[T],
-        output: &mut [T],
-    ) -> Result<()> {
+    pub fn reduce_scatter_with<T: Element>(&self, op: ReduceOp, input: &[T], output: &mut [T]) -> Result<()> {
         self.reduce_scatter_raw(op, T::DTYPE, bytes(input), bytes_mut(output))
     }
 
@@ -430,20 +388,12 @@ impl Group {
         self.check_len("the buffer", buf.len(), dtype)?;
         self.check_rank("root", root)?;
         let large = buf.len() > self.shared.cfg.mesh_max_bytes;
-        self.run(
-            Coll::Broadcast,
-            dtype,
-            ReduceOp::Sum,
-            buf.len() / dtype.size(),
-            root,
-            None,
-            |ctx| {
-                if ctx.size() == 1 {
-                    return Ok(());
-                }
-                algo::direct::broadcast(ctx, buf, root, dtype.size(), large)
-            },
-        )
+        self.run(Coll::Broadcast, dtype, ReduceOp::Sum, buf.len() / dtype.size(), root, None, |ctx| {
+            if ctx.size() == 1 {
+                return Ok(());
+            }
+            algo::direct::broadcast(ctx, buf, root, dtype.size(), large)
+        })
     }
 
     /// Every rank's `buf` gets `root`'s.
@@ -453,23 +403,13 @@ impl Group {
 
     /// Wait until every rank has called `barrier`.
     pub fn barrier(&self) -> Result<()> {
-        self.run(
-            Coll::Barrier,
-            DType::U8,
-            ReduceOp::Sum,
-            0,
-            0,
-            None,
-            algo::mesh::barrier,
-        )
+        self.run(Coll::Barrier, DType::U8, ReduceOp::Sum, 0, 0, None, algo::mesh::barrier)
     }
 
     fn check_peer(&self, peer: usize) -> Result<()> {
         self.check_rank("peer", peer)?;
         if peer == self.me {
-            return Err(Error::invalid(format!(
-                "rank {peer} cannot send to or receive from itself"
-            )));
+            return Err(Error::invalid(format!("rank {peer} cannot send to or receive from itself")));
         }
         Ok(())
     }
@@ -478,30 +418,18 @@ impl Group {
     pub fn send_raw(&self, dtype: DType, buf: &[u8], peer: usize) -> Result<()> {
         self.check_len("the buffer", buf.len(), dtype)?;
         self.check_peer(peer)?;
-        self.run(
-            Coll::SendRecv,
-            dtype,
-            ReduceOp::Sum,
-            buf.len() / dtype.size(),
-            0,
-            Some((peer, true)),
-            |ctx| algo::p2p::send(ctx, buf, peer),
-        )
+        self.run(Coll::SendRecv, dtype, ReduceOp::Sum, buf.len() / dtype.size(), 0, Some((peer, true)), |ctx| {
+            algo::p2p::send(ctx, buf, peer)
+        })
     }
 
     /// Receive raw bytes from `peer`, which must call `send` with the same type and length.
     pub fn recv_raw(&self, dtype: DType, buf: &mut [u8], peer: usize) -> Result<()> {
         self.check_len("the buffer", buf.len(), dtype)?;
         self.check_peer(peer)?;
-        self.run(
-            Coll::SendRecv,
-            dtype,
-            ReduceOp::Sum,
-            buf.len() / dtype.size(),
-            0,
-            Some((peer, false)),
-            |ctx| algo::p2p::recv(ctx, buf, peer),
-        )
+        self.run(Coll::SendRecv, dtype, ReduceOp::Sum, buf.len() / dtype.size(), 0, Some((peer, false)), |ctx| {
+            algo::p2p::recv(ctx, buf, peer)
+        })
     }
 
     /// Send `buf` to `peer`. Blocks until it is on its way (for large buffers, until the
@@ -528,10 +456,8 @@ impl Group {
             st.splits
         };
         let Some(color) = color else { return Ok(None) };
-        let mut chosen: Vec<(i64, usize)> = (0..self.size())
-            .filter(|&q| all[2 * q] == i64::from(color))
-            .map(|q| (all[2 * q + 1], q))
-            .collect();
+        let mut chosen: Vec<(i64, usize)> =
+            (0..self.size()).filter(|&q| all[2 * q] == i64::from(color)).map(|q| (all[2 * q + 1], q)).collect();
         chosen.sort();
         let me = chosen
             .iter()

@@ -62,10 +62,7 @@ fn op_fn<T: Arith>(op: ReduceOp) -> fn(T, T) -> T {
 
 fn fold_typed<T: Arith>(op: ReduceOp, acc: &mut [u8], next: &[u8], order: Order) {
     // Aligned fast path; buffers from C or Python may be unaligned, which the slow path covers.
-    match (
-        bytemuck::try_cast_slice_mut::<u8, T>(acc),
-        bytemuck::try_cast_slice::<u8, T>(next),
-    ) {
+    match (bytemuck::try_cast_slice_mut::<u8, T>(acc), bytemuck::try_cast_slice::<u8, T>(next)) {
         (Ok(a), Ok(n)) => {
             // Separate loops per operator so each one vectorises on its own.
             macro_rules! run {
@@ -107,9 +104,7 @@ fn combine_typed<T: Arith>(op: ReduceOp, out: &mut [u8], lhs: &[u8], rhs: &[u8])
         (Ok(o), Ok(l), Ok(r)) => {
             macro_rules! run {
                 ($f:expr) => {
-                    o.iter_mut()
-                        .zip(l.iter().zip(r))
-                        .for_each(|(o, (l, r))| *o = $f(*l, *r))
+                    o.iter_mut().zip(l.iter().zip(r)).for_each(|(o, (l, r))| *o = $f(*l, *r))
                 };
             }
             match op {
@@ -159,10 +154,7 @@ pub fn fold(op: ReduceOp, dtype: DType, acc: &mut [u8], next: &[u8], order: Orde
 /// # Panics
 /// If the lengths differ or are not a multiple of the element size (a caller bug).
 pub fn combine(op: ReduceOp, dtype: DType, out: &mut [u8], lhs: &[u8], rhs: &[u8]) {
-    assert!(
-        out.len() == lhs.len() && lhs.len() == rhs.len(),
-        "combine: length mismatch"
-    );
+    assert!(out.len() == lhs.len() && lhs.len() == rhs.len(), "combine: length mismatch");
     assert_eq!(out.len() % dtype.size(), 0, "combine: partial element");
     dispatch!(dtype, combine_typed, op, out, lhs, rhs)
 }
@@ -180,13 +172,7 @@ mod tests {
         let a = [1.0f32, -2.0, 3.5, f32::NAN];
         let b = [0.5f32, 4.0, -3.5, 1.0];
         let mut acc = bytes(&a);
-        fold(
-            ReduceOp::Sum,
-            DType::F32,
-            &mut acc,
-            &bytes(&b),
-            Order::AccFirst,
-        );
+        fold(ReduceOp::Sum, DType::F32, &mut acc, &bytes(&b), Order::AccFirst);
         let r: &[f32] = bytemuck::cast_slice(&acc);
         assert_eq!(&r[..3], &[1.5, 2.0, 0.0]);
         assert!(r[3].is_nan());
@@ -204,13 +190,7 @@ mod tests {
     #[test]
     fn integers_wrap() {
         let mut acc = bytes(&[i8::MAX, 5]);
-        fold(
-            ReduceOp::Sum,
-            DType::I8,
-            &mut acc,
-            &bytes(&[1i8, -10]),
-            Order::NextFirst,
-        );
+        fold(ReduceOp::Sum, DType::I8, &mut acc, &bytes(&[1i8, -10]), Order::NextFirst);
         assert_eq!(bytemuck::cast_slice::<u8, i8>(&acc), &[i8::MIN, -5]);
     }
 
@@ -219,13 +199,7 @@ mod tests {
         let one = bf16::from_f32(1.0);
         let tiny = bf16::from_f32(1.0 / 512.0);
         let mut acc = bytes(&[one]);
-        fold(
-            ReduceOp::Sum,
-            DType::BF16,
-            &mut acc,
-            &bytes(&[tiny]),
-            Order::AccFirst,
-        );
+        fold(ReduceOp::Sum, DType::BF16, &mut acc, &bytes(&[tiny]), Order::AccFirst);
         // bf16 has 8 significant bits: 1 + 2^-9 rounds back to 1.
         assert_eq!(bytemuck::cast_slice::<u8, bf16>(&acc)[0], one);
     }
@@ -235,24 +209,12 @@ mod tests {
         let a: Vec<f64> = (0..17).map(|i| i as f64 * 0.25).collect();
         let b: Vec<f64> = (0..17).map(|i| 100.0 - i as f64).collect();
         let mut aligned = bytes(&a);
-        fold(
-            ReduceOp::Sum,
-            DType::F64,
-            &mut aligned,
-            &bytes(&b),
-            Order::AccFirst,
-        );
+        fold(ReduceOp::Sum, DType::F64, &mut aligned, &bytes(&b), Order::AccFirst);
         let mut shifted = vec![0u8; aligned.len() + 1];
         shifted[1..].copy_from_slice(&bytes(&a));
         let mut nb = vec![0u8; aligned.len() + 3];
         nb[3..].copy_from_slice(&bytes(&b));
-        fold(
-            ReduceOp::Sum,
-            DType::F64,
-            &mut shifted[1..],
-            &nb[3..],
-            Order::AccFirst,
-        );
+        fold(ReduceOp::Sum, DType::F64, &mut shifted[1..], &nb[3..], Order::AccFirst);
         assert_eq!(&shifted[1..], &aligned[..]);
     }
 }

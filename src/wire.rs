@@ -45,23 +45,14 @@ pub enum Coll {
 
 impl Coll {
     fn from_u8(v: u8) -> Option<Coll> {
-        [
-            Coll::AllReduce,
-            Coll::AllGather,
-            Coll::ReduceScatter,
-            Coll::Broadcast,
-            Coll::Barrier,
-            Coll::SendRecv,
-        ]
-        .into_iter()
-        .find(|c| *c as u8 == v)
+        [Coll::AllReduce, Coll::AllGather, Coll::ReduceScatter, Coll::Broadcast, Coll::Barrier, Coll::SendRecv]
+            .into_iter()
+            .find(|c| *c as u8 == v)
     }
 
     /// Human name, including the reduction for all-reduce.
     pub fn describe(self, op: u8) -> String {
-        let red = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min]
-            .into_iter()
-            .find(|r| *r as u8 == op);
+        let red = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min].into_iter().find(|r| *r as u8 == op);
         match (self, red) {
             (Coll::AllReduce, Some(r)) => format!("all_{}", r.name()),
             (Coll::ReduceScatter, Some(r)) => format!("reduce_scatter({})", r.name()),
@@ -102,15 +93,7 @@ pub struct Header {
 
 impl Header {
     /// A data header for a call; `part` and `len` are set per piece with [`Header::piece`].
-    pub fn data(
-        coll: Coll,
-        group: u32,
-        seq: u32,
-        dtype: DType,
-        op: ReduceOp,
-        count: u64,
-        aux: u16,
-    ) -> Header {
+    pub fn data(coll: Coll, group: u32, seq: u32, dtype: DType, op: ReduceOp, count: u64, aux: u16) -> Header {
         Header {
             kind: Kind::Data,
             coll: coll as u8,
@@ -153,9 +136,7 @@ impl Header {
     pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, String> {
         let magic = u16::from_le_bytes([b[0], b[1]]);
         if magic != MAGIC {
-            return Err(format!(
-                "bad frame magic {magic:#06x} (not a boltccl peer, or the stream is out of sync)"
-            ));
+            return Err(format!("bad frame magic {magic:#06x} (not a boltccl peer, or the stream is out of sync)"));
         }
         let kind = match b[2] {
             1 => Kind::Data,
@@ -197,19 +178,13 @@ impl Header {
 
     /// A goodbye frame header.
     pub fn goodbye() -> Header {
-        Header {
-            kind: Kind::Goodbye,
-            ..Header::abort(0, false, 0)
-        }
+        Header { kind: Kind::Goodbye, ..Header::abort(0, false, 0) }
     }
 
     fn describe(&self) -> String {
-        let what = Coll::from_u8(self.coll)
-            .map(|c| c.describe(self.op))
-            .unwrap_or_else(|| format!("op#{}", self.coll));
-        let dt = DType::from_u8(self.dtype)
-            .map(|d| d.name().to_string())
-            .unwrap_or_else(|| format!("dtype#{}", self.dtype));
+        let what = Coll::from_u8(self.coll).map(|c| c.describe(self.op)).unwrap_or_else(|| format!("op#{}", self.coll));
+        let dt =
+            DType::from_u8(self.dtype).map(|d| d.name().to_string()).unwrap_or_else(|| format!("dtype#{}", self.dtype));
         format!("{what} of {} {dt} elements", self.count)
     }
 }
@@ -222,15 +197,9 @@ pub fn abort_error(h: &Header, reason: &[u8]) -> Error {
     let reason = String::from_utf8_lossy(reason).into_owned();
     let culprit = h.aux as usize;
     if h.coll == 1 {
-        Error::PeerLost {
-            rank: culprit,
-            detail: reason,
-        }
+        Error::PeerLost { rank: culprit, detail: reason }
     } else {
-        Error::Aborted {
-            rank: culprit,
-            reason,
-        }
+        Error::Aborted { rank: culprit, reason }
     }
 }
 
@@ -246,11 +215,7 @@ pub fn check(expected: &Header, got: &Header, peer: usize) -> Result<(), Error> 
         ));
     }
     if got.coll != expected.coll || got.op != expected.op {
-        return mismatch(format!(
-            "rank {peer} called {} but this rank called {}",
-            got.describe(),
-            expected.describe()
-        ));
+        return mismatch(format!("rank {peer} called {} but this rank called {}", got.describe(), expected.describe()));
     }
     if got.seq != expected.seq {
         return mismatch(format!(
@@ -266,10 +231,7 @@ pub fn check(expected: &Header, got: &Header, peer: usize) -> Result<(), Error> 
         ));
     }
     if got.aux != expected.aux {
-        return mismatch(format!(
-            "rank {peer} used root/peer {} but this rank used {}",
-            got.aux, expected.aux
-        ));
+        return mismatch(format!("rank {peer} used root/peer {} but this rank used {}", got.aux, expected.aux));
     }
     if got.part != expected.part || got.len != expected.len {
         return mismatch(format!(
@@ -288,19 +250,14 @@ mod tests {
 
     #[test]
     fn mismatched_counts_are_named() {
-        let mine =
-            Header::data(Coll::AllReduce, 7, 3, DType::F32, ReduceOp::Sum, 1000, 0).piece(0, 4000);
-        let theirs = Header {
-            count: 999,
-            len: 3996,
-            ..mine
-        };
+        let mine = Header::data(Coll::AllReduce, 7, 3, DType::F32, ReduceOp::Sum, 1000, 0).piece(0, 4000);
+        let theirs = Header { count: 999, len: 3996, ..mine };
         let e = check(&mine, &theirs, 2).unwrap_err().to_string();
-        assert!(e.contains("rank 2 called all_sum of 999 float32 elements but this rank called all_sum of 1000"), "{e}");
-        let other_op = Header {
-            op: ReduceOp::Max as u8,
-            ..mine
-        };
+        assert!(
+            e.contains("rank 2 called all_sum of 999 float32 elements but this rank called all_sum of 1000"),
+            "{e}"
+        );
+        let other_op = Header { op: ReduceOp::Max as u8, ..mine };
         let e = check(&mine, &other_op, 1).unwrap_err().to_string();
         assert!(e.contains("rank 1 called all_max"), "{e}");
     }

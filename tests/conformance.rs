@@ -17,22 +17,12 @@ const CHUNK: usize = 64;
 
 fn run_in_process(n: usize, algo: Algo) -> Vec<u64> {
     // A small mesh threshold so `auto` uses both mesh and direct within the suite.
-    let cfg = Config {
-        algo,
-        chunk_bytes: CHUNK,
-        mesh_max_bytes: 256,
-        timeout: Duration::from_secs(20),
-        ..Config::default()
-    };
+    let cfg =
+        Config { algo, chunk_bytes: CHUNK, mesh_max_bytes: 256, timeout: Duration::from_secs(20), ..Config::default() };
     let groups = Group::local_world_with(n, &cfg);
-    let handles: Vec<_> = groups
-        .into_iter()
-        .map(|g| std::thread::spawn(move || suite(&g, algo != Algo::Ring)))
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("a rank panicked"))
-        .collect()
+    let handles: Vec<_> =
+        groups.into_iter().map(|g| std::thread::spawn(move || suite(&g, algo != Algo::Ring))).collect();
+    handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
 }
 
 #[test]
@@ -41,10 +31,7 @@ fn in_process_every_world_size_and_algorithm() {
         let mut rank_order_digest = None;
         for algo in ALGOS {
             let digests = run_in_process(n, algo);
-            assert!(
-                digests.iter().all(|&d| d == digests[0]),
-                "world {n} {algo:?}: ranks differ: {digests:x?}"
-            );
+            assert!(digests.iter().all(|&d| d == digests[0]), "world {n} {algo:?}: ranks differ: {digests:x?}");
             if algo != Algo::Ring {
                 let d = *rank_order_digest.get_or_insert(digests[0]);
                 assert_eq!(
@@ -71,14 +58,7 @@ fn tcp_worker() {
 fn digests(outs: &[RankOutput]) -> Vec<String> {
     outs.iter()
         .map(|o| {
-            assert!(
-                o.status.success(),
-                "rank {} failed ({:?}):\n{}\n{}",
-                o.rank,
-                o.status,
-                o.stdout,
-                o.stderr
-            );
+            assert!(o.status.success(), "rank {} failed ({:?}):\n{}\n{}", o.rank, o.status, o.stdout, o.stderr);
             o.stdout
                 .lines()
                 .find_map(|l| l.split_once("DIGEST ").map(|(_, d)| d.trim()))
@@ -101,25 +81,16 @@ fn tcp_processes_every_world_size_and_algorithm() {
             ];
             let outs = Ranks::spawn(n, "tcp_worker", &env).wait(Duration::from_secs(120));
             let d = digests(&outs);
-            assert!(
-                d.iter().all(|x| x == &d[0]),
-                "world {n} {algo:?}: ranks differ: {d:?}"
-            );
+            assert!(d.iter().all(|x| x == &d[0]), "world {n} {algo:?}: ranks differ: {d:?}");
             if algo != Algo::Ring {
                 let first = per_world.entry(n).or_insert_with(|| d[0].clone());
-                assert_eq!(
-                    first, &d[0],
-                    "world {n}: {algo:?} over TCP gave different bits"
-                );
+                assert_eq!(first, &d[0], "world {n}: {algo:?} over TCP gave different bits");
             }
         }
     }
     // The in-process transport must give exactly the same bits as TCP.
     for n in [1, 3, 8] {
         let mem = format!("{:x}", run_in_process(n, Algo::Auto)[0]);
-        assert_eq!(
-            per_world[&n], mem,
-            "world {n}: TCP and in-process results differ"
-        );
+        assert_eq!(per_world[&n], mem, "world {n}: TCP and in-process results differ");
     }
 }

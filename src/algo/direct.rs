@@ -19,10 +19,7 @@ const PHASE_SCATTER: u32 = 3;
 /// Where the data of a reduction lives.
 pub(crate) enum Space<'a> {
     /// `input` covers every shard; `output` receives this rank's shard.
-    Split {
-        input: &'a [u8],
-        output: &'a mut [u8],
-    },
+    Split { input: &'a [u8], output: &'a mut [u8] },
     /// `buf` covers every shard (consecutive ranges) and this rank's shard is reduced in place.
     InPlace { buf: &'a mut [u8] },
 }
@@ -39,11 +36,9 @@ pub(crate) fn reduce_to_owner(
     let (p, me, chunk) = (ctx.size(), ctx.me, ctx.chunk);
     let others = p - 1;
     let (sources, local, out): (Vec<&[u8]>, Option<&[u8]>, &mut [u8]) = match space {
-        Space::Split { input, output } => (
-            shards.iter().map(|r| &input[r.clone()]).collect(),
-            Some(&input[shards[me].clone()]),
-            output,
-        ),
+        Space::Split { input, output } => {
+            (shards.iter().map(|r| &input[r.clone()]).collect(), Some(&input[shards[me].clone()]), output)
+        }
         Space::InPlace { buf } => {
             let mut regions = split_ranges(buf, shards);
             let mine = std::mem::take(&mut regions[me]);
@@ -69,11 +64,7 @@ pub(crate) fn reduce_to_owner(
             let first = b * batch;
             let mut sends = Vec::with_capacity(others * batch);
             for q in (0..p).filter(|&q| q != me) {
-                for (k, r) in pieces(0..sources[q].len(), chunk)
-                    .enumerate()
-                    .skip(first)
-                    .take(batch)
-                {
+                for (k, r) in pieces(0..sources[q].len(), chunk).enumerate().skip(first).take(batch) {
                     sends.push(SendOp {
                         peer: ctx.peer(q),
                         header: ctx.hdr(PHASE_REDUCE, b, k - first, r.len()),
@@ -81,10 +72,7 @@ pub(crate) fn reduce_to_owner(
                     });
                 }
             }
-            let mine: Vec<Range<usize>> = pieces(0..shards[me].len(), chunk)
-                .skip(first)
-                .take(batch)
-                .collect();
+            let mine: Vec<Range<usize>> = pieces(0..shards[me].len(), chunk).skip(first).take(batch).collect();
             let mut recvs = Vec::with_capacity(others * mine.len());
             let mut slots = slot_area.chunks_mut(chunk);
             for (k, r) in mine.iter().enumerate() {
@@ -104,19 +92,8 @@ pub(crate) fn reduce_to_owner(
                 if arrived[k] == others {
                     if let Some(out) = out_pieces.get_mut(first + k) {
                         let r = &mine[k];
-                        let slot = |q: usize| -> &[u8] {
-                            &*recvs[k * others + if q < me { q } else { q - 1 }].buf
-                        };
-                        fold_rank_order(
-                            op,
-                            dtype,
-                            out,
-                            me,
-                            p,
-                            local.map(|l| &l[r.clone()]),
-                            slot,
-                            tmp,
-                        );
+                        let slot = |q: usize| -> &[u8] { &*recvs[k * others + if q < me { q } else { q - 1 }].buf };
+                        fold_rank_order(op, dtype, out, me, p, local.map(|l| &l[r.clone()]), slot, tmp);
                     }
                 }
                 Ok(())
@@ -130,46 +107,21 @@ pub(crate) fn reduce_to_owner(
 }
 
 /// Every rank holds `buf[shards[me]]`; afterwards every rank holds all of `buf`.
-pub(crate) fn all_gather_ranges(
-    ctx: &mut Ctx<'_>,
-    shards: &[Range<usize>],
-    buf: &mut [u8],
-    phase: u32,
-) -> Result<()> {
+pub(crate) fn all_gather_ranges(ctx: &mut Ctx<'_>, shards: &[Range<usize>], buf: &mut [u8], phase: u32) -> Result<()> {
     let (p, me, chunk) = (ctx.size(), ctx.me, ctx.chunk);
     let mut regions = split_ranges(buf, shards);
     let mine: &mut [u8] = std::mem::take(&mut regions[me]);
     let mine: &[u8] = mine;
     let batch = MAX_BATCH_GATHER;
-    let npieces = shards
-        .iter()
-        .map(|r| piece_count(r.len(), chunk))
-        .max()
-        .unwrap_or(1);
-    let mut region_pieces: Vec<Vec<&mut [u8]>> = regions
-        .into_iter()
-        .map(|r| {
-            if r.is_empty() {
-                vec![r]
-            } else {
-                r.chunks_mut(chunk).collect()
-            }
-        })
-        .collect();
+    let npieces = shards.iter().map(|r| piece_count(r.len(), chunk)).max().unwrap_or(1);
+    let mut region_pieces: Vec<Vec<&mut [u8]>> =
+        regions.into_iter().map(|r| if r.is_empty() { vec![r] } else { r.chunks_mut(chunk).collect() }).collect();
     for b in 0..npieces.div_ceil(batch) {
         let first = b * batch;
         let mut sends = Vec::new();
         for q in (0..p).filter(|&q| q != me) {
-            for (k, r) in pieces(0..mine.len(), chunk)
-                .enumerate()
-                .skip(first)
-                .take(batch)
-            {
-                sends.push(SendOp {
-                    peer: ctx.peer(q),
-                    header: ctx.hdr(phase, b, k - first, r.len()),
-                    data: &mine[r],
-                });
+            for (k, r) in pieces(0..mine.len(), chunk).enumerate().skip(first).take(batch) {
+                sends.push(SendOp { peer: ctx.peer(q), header: ctx.hdr(phase, b, k - first, r.len()), data: &mine[r] });
             }
         }
         let mut recvs = Vec::new();
@@ -204,10 +156,7 @@ pub(crate) fn all_reduce(
     buf: &mut [u8],
 ) -> Result<()> {
     let e = dtype.size();
-    let shards: Vec<Range<usize>> = partition(buf.len() / e, ctx.size())
-        .iter()
-        .map(|r| bytes(r, e))
-        .collect();
+    let shards: Vec<Range<usize>> = partition(buf.len() / e, ctx.size()).iter().map(|r| bytes(r, e)).collect();
     let me = ctx.me;
     match input {
         Some(input) => {
@@ -243,19 +192,10 @@ pub(crate) fn all_gather(ctx: &mut Ctx<'_>, input: &[u8], output: &mut [u8]) -> 
 
 /// Broadcast from `root`. Small buffers go straight from the root to everyone; large ones are
 /// scattered in shards and all-gathered, so the root's link is not the bottleneck.
-pub(crate) fn broadcast(
-    ctx: &mut Ctx<'_>,
-    buf: &mut [u8],
-    root: usize,
-    elem: usize,
-    large: bool,
-) -> Result<()> {
+pub(crate) fn broadcast(ctx: &mut Ctx<'_>, buf: &mut [u8], root: usize, elem: usize, large: bool) -> Result<()> {
     let (p, me) = (ctx.size(), ctx.me);
     if large && p > 2 {
-        let shards: Vec<Range<usize>> = partition(buf.len() / elem, p)
-            .iter()
-            .map(|r| bytes(r, elem))
-            .collect();
+        let shards: Vec<Range<usize>> = partition(buf.len() / elem, p).iter().map(|r| bytes(r, elem)).collect();
         if me == root {
             let sends: Vec<SendOp<'_>> = (0..p)
                 .filter(|&q| q != root)
@@ -269,10 +209,8 @@ pub(crate) fn broadcast(
         return all_gather_ranges(ctx, &shards, buf, PHASE_GATHER);
     }
     if me == root {
-        let sends: Vec<SendOp<'_>> = (0..p)
-            .filter(|&q| q != root)
-            .flat_map(|q| send_pieces(ctx, q, buf, PHASE_SCATTER))
-            .collect();
+        let sends: Vec<SendOp<'_>> =
+            (0..p).filter(|&q| q != root).flat_map(|q| send_pieces(ctx, q, buf, PHASE_SCATTER)).collect();
         ctx.exchange(&sends, &mut [], &mut |_, _| Ok(()))
     } else {
         let mut recvs = recv_pieces(ctx, root, buf, PHASE_SCATTER);
@@ -281,43 +219,21 @@ pub(crate) fn broadcast(
 }
 
 /// Receive ops for `buf` in chunk pieces from group rank `from`.
-pub(crate) fn recv_pieces<'b>(
-    ctx: &Ctx<'_>,
-    from: usize,
-    buf: &'b mut [u8],
-    phase: u32,
-) -> Vec<RecvOp<'b>> {
+pub(crate) fn recv_pieces<'b>(ctx: &Ctx<'_>, from: usize, buf: &'b mut [u8], phase: u32) -> Vec<RecvOp<'b>> {
     let chunk = ctx.chunk;
     if buf.is_empty() {
-        return vec![RecvOp {
-            peer: ctx.peer(from),
-            expect: ctx.hdr(phase, 0, 0, 0),
-            buf,
-        }];
+        return vec![RecvOp { peer: ctx.peer(from), expect: ctx.hdr(phase, 0, 0, 0), buf }];
     }
     buf.chunks_mut(chunk)
         .enumerate()
-        .map(|(k, piece)| RecvOp {
-            peer: ctx.peer(from),
-            expect: ctx.hdr(phase, 0, k % 4096, piece.len()),
-            buf: piece,
-        })
+        .map(|(k, piece)| RecvOp { peer: ctx.peer(from), expect: ctx.hdr(phase, 0, k % 4096, piece.len()), buf: piece })
         .collect()
 }
 
 /// Send ops for `buf` in chunk pieces to group rank `to`.
-pub(crate) fn send_pieces<'b>(
-    ctx: &Ctx<'_>,
-    to: usize,
-    buf: &'b [u8],
-    phase: u32,
-) -> Vec<SendOp<'b>> {
+pub(crate) fn send_pieces<'b>(ctx: &Ctx<'_>, to: usize, buf: &'b [u8], phase: u32) -> Vec<SendOp<'b>> {
     pieces(0..buf.len(), ctx.chunk)
         .enumerate()
-        .map(|(k, r)| SendOp {
-            peer: ctx.peer(to),
-            header: ctx.hdr(phase, 0, k % 4096, r.len()),
-            data: &buf[r],
-        })
+        .map(|(k, r)| SendOp { peer: ctx.peer(to), header: ctx.hdr(phase, 0, k % 4096, r.len()), data: &buf[r] })
         .collect()
 }

@@ -18,24 +18,13 @@ pub(crate) fn all_reduce(
 ) -> Result<()> {
     let shards = vec![0..buf.len(); ctx.size()];
     match input {
-        Some(input) => {
-            reduce_to_owner(ctx, op, dtype, &shards, Space::Split { input, output: buf })
-        }
+        Some(input) => reduce_to_owner(ctx, op, dtype, &shards, Space::Split { input, output: buf }),
         None => {
             // Every peer reads the whole buffer while this rank writes it: reduce from a copy.
             let mut stage = std::mem::take(ctx.stage);
             let copy = bytes_of(&mut stage, buf.len());
             copy.copy_from_slice(buf);
-            let r = reduce_to_owner(
-                ctx,
-                op,
-                dtype,
-                &shards,
-                Space::Split {
-                    input: copy,
-                    output: buf,
-                },
-            );
+            let r = reduce_to_owner(ctx, op, dtype, &shards, Space::Split { input: copy, output: buf });
             *ctx.stage = stage;
             r
         }
@@ -47,22 +36,14 @@ pub(crate) fn barrier(ctx: &mut Ctx<'_>) -> Result<()> {
     let (p, me) = (ctx.size(), ctx.me);
     let sends: Vec<SendOp<'_>> = (0..p)
         .filter(|&q| q != me)
-        .map(|q| SendOp {
-            peer: ctx.peer(q),
-            header: ctx.hdr(0, 0, 0, 0),
-            data: &[],
-        })
+        .map(|q| SendOp { peer: ctx.peer(q), header: ctx.hdr(0, 0, 0, 0), data: &[] })
         .collect();
     let mut empties: Vec<[u8; 0]> = vec![[]; p];
     let mut recvs: Vec<RecvOp<'_>> = empties
         .iter_mut()
         .enumerate()
         .filter(|(q, _)| *q != me)
-        .map(|(q, e)| RecvOp {
-            peer: ctx.peer(q),
-            expect: ctx.hdr(0, 0, 0, 0),
-            buf: &mut e[..],
-        })
+        .map(|(q, e)| RecvOp { peer: ctx.peer(q), expect: ctx.hdr(0, 0, 0, 0), buf: &mut e[..] })
         .collect();
     ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
 }

@@ -69,13 +69,8 @@ impl Ctx<'_> {
         (SCRATCH_BUDGET / (slots_per_piece.max(1) * self.chunk)).clamp(1, MAX_BATCH)
     }
 
-    pub fn exchange(
-        &mut self,
-        sends: &[SendOp<'_>],
-        recvs: &mut [RecvOp<'_>],
-        on_recv: &mut OnRecv<'_>,
-    ) -> Result<()> {
-        self.t.exchange(sends, recvs, on_recv, self.limits)
+    pub fn exchange(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<()> {
+        self.t.exchange(sends, recvs, on_recv, &self.limits)
     }
 }
 
@@ -90,10 +85,7 @@ pub(crate) fn bytes_of(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
 }
 
 /// Split `buf` into the consecutive `ranges` (which must tile a prefix of it, in order).
-pub(crate) fn split_ranges<'b>(
-    mut buf: &'b mut [u8],
-    ranges: &[Range<usize>],
-) -> Vec<&'b mut [u8]> {
+pub(crate) fn split_ranges<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Vec<&'b mut [u8]> {
     let mut out = Vec::with_capacity(ranges.len());
     let mut at = 0;
     for r in ranges {

@@ -49,10 +49,7 @@ fn wrap(x: isize, size: usize) -> usize {
 
 /// (rank this rank sends to, rank it receives from) in direction `dir`.
 pub fn ring_neighbors(rank: usize, size: usize, dir: Dir) -> (usize, usize) {
-    (
-        wrap(rank as isize + dir, size),
-        wrap(rank as isize - dir, size),
-    )
+    (wrap(rank as isize + dir, size), wrap(rank as isize - dir, size))
 }
 
 /// Reduce-scatter step `step` (0..size-1) of a ring in direction `dir`: (block sent, block
@@ -70,13 +67,7 @@ pub fn ring_owned(rank: usize, size: usize, dir: Dir, offset: usize) -> usize {
 }
 
 /// All-gather step `step` (0..size-1) of a ring: (block sent, block received).
-pub fn ring_all_gather_step(
-    rank: usize,
-    size: usize,
-    dir: Dir,
-    step: usize,
-    offset: usize,
-) -> (usize, usize) {
+pub fn ring_all_gather_step(rank: usize, size: usize, dir: Dir, step: usize, offset: usize) -> (usize, usize) {
     let o = ring_owned(rank, size, dir, offset) as isize;
     let s = step as isize;
     (wrap(o - dir * s, size), wrap(o - dir * (s + 1), size))
@@ -150,15 +141,15 @@ mod tests {
             }).collect();
             for step in 0..size.saturating_sub(1) {
                 let sent: Vec<usize> = (0..size).map(|r| ring_all_gather_step(r, size, dir, step, offset).0).collect();
-                for r in 0..size {
-                    prop_assert!(have[r][sent[r]], "rank {} sends block {} it does not have", r, sent[r]);
+                for (r, h) in have.iter().enumerate() {
+                    prop_assert!(h[sent[r]], "rank {} sends block {} it does not have", r, sent[r]);
                 }
-                for r in 0..size {
+                for (r, h) in have.iter_mut().enumerate() {
                     let (_, from) = ring_neighbors(r, size, dir);
                     let (_, recv) = ring_all_gather_step(r, size, dir, step, offset);
                     prop_assert_eq!(sent[from], recv);
-                    prop_assert!(!have[r][recv], "block received twice");
-                    have[r][recv] = true;
+                    prop_assert!(!h[recv], "block received twice");
+                    h[recv] = true;
                 }
             }
             prop_assert!(have.iter().all(|h| h.iter().all(|&b| b)));

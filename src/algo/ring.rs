@@ -4,9 +4,7 @@
 //! neighbour. Within a step the block moves in chunk pieces, each reduced as it lands.
 //! Large buffers are cut into segments so that scratch stays inside the budget.
 
-use super::plan::{
-    bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir,
-};
+use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
 use super::{bytes_of, split_ranges, Ctx};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
@@ -55,18 +53,13 @@ pub(crate) fn all_reduce(
 fn blocks(n: usize, p: usize, e: usize) -> Vec<Range<usize>> {
     partition(n, 2)
         .into_iter()
-        .flat_map(|h| {
-            partition(h.len(), p)
-                .into_iter()
-                .map(move |b| bytes(&(b.start + h.start..b.end + h.start), e))
-        })
+        .flat_map(|h| partition(h.len(), p).into_iter().map(move |b| bytes(&(b.start + h.start..b.end + h.start), e)))
         .collect()
 }
 
 fn four<'b>(regions: &'b mut [&mut [u8]], idx: [usize; 4]) -> Result<[&'b mut [u8]; 4]> {
-    let [a, b, c, d] = regions
-        .get_disjoint_mut(idx)
-        .map_err(|_| Error::Internal(format!("ring blocks overlap: {idx:?}")))?;
+    let [a, b, c, d] =
+        regions.get_disjoint_mut(idx).map_err(|_| Error::Internal(format!("ring blocks overlap: {idx:?}")))?;
     Ok([&mut **a, &mut **b, &mut **c, &mut **d])
 }
 
@@ -96,33 +89,17 @@ fn segment_all_reduce(
                 (to, from, sb, rb)
             })
             .collect();
-        let [s0, r0, s1, r1] = four(
-            &mut regions,
-            [
-                idx(0, plan[0].2),
-                idx(0, plan[0].3),
-                idx(1, plan[1].2),
-                idx(1, plan[1].3),
-            ],
-        )?;
+        let [s0, r0, s1, r1] =
+            four(&mut regions, [idx(0, plan[0].2), idx(0, plan[0].3), idx(1, plan[1].2), idx(1, plan[1].3)])?;
         let send_blocks: [&[u8]; 2] = match local {
-            Some(l) if step == 0 => [
-                &l[blocks[idx(0, plan[0].2)].clone()],
-                &l[blocks[idx(1, plan[1].2)].clone()],
-            ],
+            Some(l) if step == 0 => [&l[blocks[idx(0, plan[0].2)].clone()], &l[blocks[idx(1, plan[1].2)].clone()]],
             _ => [s0, s1],
         };
         let recv_local: [Option<&[u8]>; 2] = match local {
-            Some(l) => [
-                Some(&l[blocks[idx(0, plan[0].3)].clone()]),
-                Some(&l[blocks[idx(1, plan[1].3)].clone()]),
-            ],
+            Some(l) => [Some(&l[blocks[idx(0, plan[0].3)].clone()]), Some(&l[blocks[idx(1, plan[1].3)].clone()])],
             None => [None, None],
         };
-        let mut outs: [Vec<&mut [u8]>; 2] = [
-            r0.chunks_mut(chunk).collect(),
-            r1.chunks_mut(chunk).collect(),
-        ];
+        let mut outs: [Vec<&mut [u8]>; 2] = [r0.chunks_mut(chunk).collect(), r1.chunks_mut(chunk).collect()];
         let mut sends = Vec::new();
         let mut recvs = Vec::new();
         let mut owner = Vec::new();
@@ -136,10 +113,7 @@ fn segment_all_reduce(
                 });
             }
             let rlen = outs[di].iter().map(|o| o.len()).sum::<usize>();
-            for (k, (r, piece)) in pieces(0..rlen, chunk)
-                .zip(slot.chunks_mut(chunk))
-                .enumerate()
-            {
+            for (k, (r, piece)) in pieces(0..rlen, chunk).zip(slot.chunks_mut(chunk)).enumerate() {
                 recvs.push(RecvOp {
                     peer: ctx.peer(from),
                     expect: ctx.hdr(PHASE_REDUCE, segment, k * 2 + di, r.len()),
@@ -172,15 +146,8 @@ fn segment_all_reduce(
                 (to, from, sb, rb)
             })
             .collect();
-        let [s0, r0, s1, r1] = four(
-            &mut regions,
-            [
-                idx(0, plan[0].2),
-                idx(0, plan[0].3),
-                idx(1, plan[1].2),
-                idx(1, plan[1].3),
-            ],
-        )?;
+        let [s0, r0, s1, r1] =
+            four(&mut regions, [idx(0, plan[0].2), idx(0, plan[0].3), idx(1, plan[1].2), idx(1, plan[1].3)])?;
         let send_blocks: [&[u8]; 2] = [s0, s1];
         let mut recv_blocks: [&mut [u8]; 2] = [r0, r1];
         let mut sends = Vec::new();
@@ -197,20 +164,12 @@ fn segment_all_reduce(
         for (di, block) in recv_blocks.iter_mut().enumerate() {
             let from = ctx.peer(plan[di].1);
             if block.is_empty() {
-                recvs.push(RecvOp {
-                    peer: from,
-                    expect: ctx.hdr(PHASE_GATHER, segment, di, 0),
-                    buf: &mut block[..],
-                });
+                recvs.push(RecvOp { peer: from, expect: ctx.hdr(PHASE_GATHER, segment, di, 0), buf: &mut block[..] });
                 continue;
             }
             for (k, piece) in block.chunks_mut(chunk).enumerate() {
                 let len = piece.len();
-                recvs.push(RecvOp {
-                    peer: from,
-                    expect: ctx.hdr(PHASE_GATHER, segment, k * 2 + di, len),
-                    buf: piece,
-                });
+                recvs.push(RecvOp { peer: from, expect: ctx.hdr(PHASE_GATHER, segment, k * 2 + di, len), buf: piece });
             }
         }
         ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;

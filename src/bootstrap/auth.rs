@@ -46,9 +46,7 @@ fn nonce() -> [u8; 16] {
 }
 
 fn peer_name(s: &TcpStream) -> String {
-    s.peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "unknown peer".into())
+    s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "unknown peer".into())
 }
 
 fn io_err(peer: &str, what: &str, e: std::io::Error) -> Error {
@@ -59,18 +57,12 @@ fn io_err(peer: &str, what: &str, e: std::io::Error) -> Error {
         std::io::ErrorKind::UnexpectedEof => format!("{what}: connection closed"),
         _ => format!("{what}: {e}"),
     };
-    Error::Protocol {
-        from: peer.to_string(),
-        detail,
-    }
+    Error::Protocol { from: peer.to_string(), detail }
 }
 
 fn check_hello(peer: &str, head: &[u8]) -> Result<()> {
     if &head[..8] != MAGIC {
-        return Err(Error::Protocol {
-            from: peer.into(),
-            detail: "not a boltccl peer (bad handshake magic)".into(),
-        });
+        return Err(Error::Protocol { from: peer.into(), detail: "not a boltccl peer (bad handshake magic)".into() });
     }
     let version = u16::from_le_bytes([head[8], head[9]]);
     if version != PROTOCOL_VERSION {
@@ -92,29 +84,19 @@ pub fn client(s: &mut TcpStream, key: &[u8]) -> Result<()> {
     hello.extend_from_slice(MAGIC);
     hello.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     hello.extend_from_slice(&nc);
-    s.write_all(&hello)
-        .map_err(|e| io_err(&peer, "handshake", e))?;
+    s.write_all(&hello).map_err(|e| io_err(&peer, "handshake", e))?;
     let mut reply = [0u8; 58];
-    s.read_exact(&mut reply)
-        .map_err(|e| io_err(&peer, "handshake reply", e))?;
+    s.read_exact(&mut reply).map_err(|e| io_err(&peer, "handshake reply", e))?;
     check_hello(&peer, &reply)?;
     let ns = &reply[10..26];
     if !verify(key, b"server", &nc, ns, &reply[26..58]) {
-        return Err(Error::Auth {
-            peer,
-            detail: "the peer does not hold this job key".into(),
-        });
+        return Err(Error::Auth { peer, detail: "the peer does not hold this job key".into() });
     }
-    s.write_all(&mac(key, b"client", ns, &nc))
-        .map_err(|e| io_err(&peer, "handshake", e))?;
+    s.write_all(&mac(key, b"client", ns, &nc)).map_err(|e| io_err(&peer, "handshake", e))?;
     let mut ok = [0u8; 1];
-    s.read_exact(&mut ok)
-        .map_err(|e| io_err(&peer, "handshake result", e))?;
+    s.read_exact(&mut ok).map_err(|e| io_err(&peer, "handshake result", e))?;
     if ok[0] != 1 {
-        return Err(Error::Auth {
-            peer,
-            detail: "the peer rejected this rank's job key".into(),
-        });
+        return Err(Error::Auth { peer, detail: "the peer rejected this rank's job key".into() });
     }
     Ok(())
 }
@@ -123,13 +105,9 @@ pub fn client(s: &mut TcpStream, key: &[u8]) -> Result<()> {
 pub fn server(s: &mut TcpStream, key: &[u8]) -> Result<()> {
     let peer = peer_name(s);
     let mut hello = [0u8; 26];
-    s.read_exact(&mut hello)
-        .map_err(|e| io_err(&peer, "handshake", e))?;
+    s.read_exact(&mut hello).map_err(|e| io_err(&peer, "handshake", e))?;
     if &hello[..8] != MAGIC {
-        return Err(Error::Protocol {
-            from: peer,
-            detail: "not a boltccl peer (bad handshake magic)".into(),
-        });
+        return Err(Error::Protocol { from: peer, detail: "not a boltccl peer (bad handshake magic)".into() });
     }
     // Answer even on a version mismatch, so the other side can say which versions differ.
     let nc = &hello[10..26];
@@ -139,19 +117,14 @@ pub fn server(s: &mut TcpStream, key: &[u8]) -> Result<()> {
     reply.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     reply.extend_from_slice(&ns);
     reply.extend_from_slice(&mac(key, b"server", nc, &ns));
-    s.write_all(&reply)
-        .map_err(|e| io_err(&peer, "handshake", e))?;
+    s.write_all(&reply).map_err(|e| io_err(&peer, "handshake", e))?;
     check_hello(&peer, &hello)?;
     let mut tag = [0u8; 32];
-    s.read_exact(&mut tag)
-        .map_err(|e| io_err(&peer, "handshake", e))?;
+    s.read_exact(&mut tag).map_err(|e| io_err(&peer, "handshake", e))?;
     let good = verify(key, b"client", &ns, nc, &tag);
     let _ = s.write_all(&[good as u8]);
     if !good {
-        return Err(Error::Auth {
-            peer,
-            detail: "wrong job key".into(),
-        });
+        return Err(Error::Auth { peer, detail: "wrong job key".into() });
     }
     Ok(())
 }
@@ -169,8 +142,7 @@ pub fn send<T: Serialize>(s: &mut TcpStream, msg: &T) -> Result<()> {
 pub fn recv<T: DeserializeOwned>(s: &mut TcpStream) -> Result<T> {
     let peer = peer_name(s);
     let mut len = [0u8; 4];
-    s.read_exact(&mut len)
-        .map_err(|e| io_err(&peer, "receive", e))?;
+    s.read_exact(&mut len).map_err(|e| io_err(&peer, "receive", e))?;
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_MESSAGE {
         return Err(Error::Protocol {
@@ -179,12 +151,8 @@ pub fn recv<T: DeserializeOwned>(s: &mut TcpStream) -> Result<T> {
         });
     }
     let mut body = vec![0u8; len];
-    s.read_exact(&mut body)
-        .map_err(|e| io_err(&peer, "receive", e))?;
-    serde_json::from_slice(&body).map_err(|e| Error::Protocol {
-        from: peer,
-        detail: format!("malformed message: {e}"),
-    })
+    s.read_exact(&mut body).map_err(|e| io_err(&peer, "receive", e))?;
+    serde_json::from_slice(&body).map_err(|e| Error::Protocol { from: peer, detail: format!("malformed message: {e}") })
 }
 
 #[cfg(test)]
@@ -218,10 +186,7 @@ mod tests {
     fn wrong_key_is_rejected_on_both_sides() {
         let (c, s) = pair(b"k1", b"k2");
         assert!(matches!(c, Err(Error::Auth { .. })), "{c:?}");
-        assert!(
-            matches!(s, Err(Error::Auth { .. }) | Err(Error::Protocol { .. })),
-            "{s:?}"
-        );
+        assert!(matches!(s, Err(Error::Auth { .. }) | Err(Error::Protocol { .. })), "{s:?}");
     }
 
     #[test]

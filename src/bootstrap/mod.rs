@@ -61,10 +61,7 @@ struct Join {
 
 /// This host's name, to count the ranks that share its cores.
 pub(crate) fn host_name() -> String {
-    rustix::system::uname()
-        .nodename()
-        .to_string_lossy()
-        .into_owned()
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
 fn key_of(cfg: &Config) -> Vec<u8> {
@@ -82,19 +79,13 @@ fn key_of(cfg: &Config) -> Vec<u8> {
 
 fn set_timeouts(s: &TcpStream, t: Duration) -> Result<()> {
     let t = Some(t.max(Duration::from_millis(1)));
-    s.set_read_timeout(t)
-        .and_then(|_| s.set_write_timeout(t))
-        .map_err(|e| Error::io(usize::MAX, "socket setup", e))
+    s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)).map_err(|e| Error::io(usize::MAX, "socket setup", e))
 }
 
 fn remaining(deadline: Instant, what: &str) -> Result<Duration> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
-        return Err(Error::Timeout {
-            op: what.into(),
-            rank: 0,
-            after: Duration::ZERO,
-        });
+        return Err(Error::Timeout { op: what.into(), rank: 0, after: Duration::ZERO });
     }
     Ok(left)
 }
@@ -143,9 +134,7 @@ fn accept_vetted<T: Send + 'static>(
     let vet = Arc::new(vet);
     let key: Arc<[u8]> = key.into();
     let pending = Arc::new(AtomicUsize::new(0));
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| Error::io(usize::MAX, "listen", e))?;
+    listener.set_nonblocking(true).map_err(|e| Error::io(usize::MAX, "listen", e))?;
     let mut got = Vec::with_capacity(want);
     while got.len() < want {
         let left = remaining(deadline, what).map_err(|_| {
@@ -162,8 +151,7 @@ fn accept_vetted<T: Send + 'static>(
                 }
                 s.set_nonblocking(false).ok();
                 set_timeouts(&s, left.min(HANDSHAKE_TIMEOUT))?;
-                let (tx, vet, key, pending) =
-                    (tx.clone(), vet.clone(), key.clone(), pending.clone());
+                let (tx, vet, key, pending) = (tx.clone(), vet.clone(), key.clone(), pending.clone());
                 pending.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
                     let r = auth::server(&mut s, &key).and_then(|_| vet(&mut s));
@@ -176,13 +164,11 @@ fn accept_vetted<T: Send + 'static>(
                     }
                 });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match rx.recv_timeout(Duration::from_millis(2)) {
-                    Ok(v) => got.push(v),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => unreachable!("we hold a sender"),
-                }
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => match rx.recv_timeout(Duration::from_millis(2)) {
+                Ok(v) => got.push(v),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => unreachable!("we hold a sender"),
+            },
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => tracing::warn!("accept failed: {e}"),
         }
@@ -199,9 +185,7 @@ fn accept_vetted<T: Send + 'static>(
 fn bind_listener(addr: SocketAddr, what: &str) -> Result<TcpListener> {
     TcpListener::bind(addr).map_err(|e| {
         let hint = match e.kind() {
-            std::io::ErrorKind::AddrInUse => {
-                "the port is in use: pick another or wait for the old job to exit"
-            }
+            std::io::ErrorKind::AddrInUse => "the port is in use: pick another or wait for the old job to exit",
             std::io::ErrorKind::AddrNotAvailable => "that address does not belong to this host",
             _ => "check the address",
         };
@@ -244,16 +228,11 @@ pub(crate) fn connect(cfg: &Config) -> Result<TcpTransport> {
         (Some(l), None, coord.ip())
     } else {
         let s = dial(coord, &key, deadline, "the coordinator (rank 0)")?;
-        let ip = s
-            .local_addr()
-            .map_err(|e| Error::io(0, "local address", e))?
-            .ip();
+        let ip = s.local_addr().map_err(|e| Error::io(0, "local address", e))?.ip();
         (None, Some(s), ip)
     };
     let data_listener = bind_listener(data_bind_addr(cfg, Some(local_ip))?, "peer connections")?;
-    let data_addr = data_listener
-        .local_addr()
-        .map_err(|e| Error::io(rank, "local address", e))?;
+    let data_addr = data_listener.local_addr().map_err(|e| Error::io(rank, "local address", e))?;
     let hello = Hello {
         rank,
         world_size: size,
@@ -278,10 +257,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<TcpTransport> {
                         detail: format!("table of {} ranks for a world of {size}", peers.len()),
                     })
                 }
-                Reply::Reject {
-                    rank: Some(r),
-                    what,
-                } => return Err(Error::Mismatch { rank: r, what }),
+                Reply::Reject { rank: Some(r), what } => return Err(Error::Mismatch { rank: r, what }),
                 Reply::Reject { rank: None, what } => return Err(Error::Config(what)),
             }
         }
@@ -293,49 +269,32 @@ pub(crate) fn connect(cfg: &Config) -> Result<TcpTransport> {
     let want = (size - 1 - rank) * streams;
     let key_for_accept = key.clone();
     let acceptor = std::thread::spawn(move || {
-        accept_vetted(
-            &data_listener,
-            &key_for_accept,
-            deadline,
-            want,
-            "connecting the data mesh",
-            move |s| {
-                let j: Join = auth::recv(s)?;
-                if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= streams {
-                    return Err(Error::Protocol {
-                        from: format!("rank {}", j.rank),
-                        detail: "connection for another job or slot".into(),
-                    });
-                }
-                Ok(j)
-            },
-        )
+        accept_vetted(&data_listener, &key_for_accept, deadline, want, "connecting the data mesh", move |s| {
+            let j: Join = auth::recv(s)?;
+            if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= streams {
+                return Err(Error::Protocol {
+                    from: format!("rank {}", j.rank),
+                    detail: "connection for another job or slot".into(),
+                });
+            }
+            Ok(j)
+        })
     });
-    let mut links: Vec<Vec<Option<TcpStream>>> = (0..size)
-        .map(|_| (0..streams).map(|_| None).collect())
-        .collect();
-    for (peer, info) in peers.iter().enumerate().take(rank) {
-        for stream in 0..streams {
+    let mut links: Vec<Vec<Option<TcpStream>>> = (0..size).map(|_| (0..streams).map(|_| None).collect()).collect();
+    for (peer, (info, slots)) in peers.iter().zip(links.iter_mut()).enumerate().take(rank) {
+        for (stream, slot) in slots.iter_mut().enumerate() {
             let mut s = dial(info.data_addr, &key, deadline, &format!("rank {peer}"))?;
             auth::send(&mut s, &Join { job, rank, stream })?;
-            links[peer][stream] = Some(s);
+            *slot = Some(s);
         }
     }
-    let accepted = acceptor
-        .join()
-        .map_err(|_| Error::Internal("acceptor thread panicked".into()))??;
+    let accepted = acceptor.join().map_err(|_| Error::Internal("acceptor thread panicked".into()))??;
     for (s, j) in accepted {
         if links[j.rank][j.stream].replace(s).is_some() {
-            return Err(Error::Protocol {
-                from: format!("rank {}", j.rank),
-                detail: "duplicate connection".into(),
-            });
+            return Err(Error::Protocol { from: format!("rank {}", j.rank), detail: "duplicate connection".into() });
         }
     }
-    let links: Vec<Vec<TcpStream>> = links
-        .into_iter()
-        .map(|l| l.into_iter().flatten().collect())
-        .collect();
+    let links: Vec<Vec<TcpStream>> = links.into_iter().map(|l| l.into_iter().flatten().collect()).collect();
 
     let control: Vec<Option<TcpStream>> = if rank == 0 { control } else { vec![to_coord] };
     for s in control.iter().flatten() {
@@ -343,20 +302,11 @@ pub(crate) fn connect(cfg: &Config) -> Result<TcpTransport> {
         s.set_write_timeout(None).ok();
     }
     let me = &peers[rank].host;
-    let local = cfg
-        .local_world_size
-        .unwrap_or_else(|| peers.iter().filter(|p| &p.host == me).count());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let spin = cfg.spin.unwrap_or(if local <= cores {
-        Duration::from_micros(50)
-    } else {
-        Duration::ZERO
-    });
+    let local = cfg.local_world_size.unwrap_or_else(|| peers.iter().filter(|p| &p.host == me).count());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let spin = cfg.spin.unwrap_or(if local <= cores { Duration::from_micros(50) } else { Duration::ZERO });
     tracing::debug!(rank, local, cores, ?spin, "bootstrap: mesh connected");
-    TcpTransport::new(rank, size, links, control, spin)
-        .map_err(|e| Error::io(rank, "socket setup", e))
+    TcpTransport::new(rank, size, links, control, spin).map_err(|e| Error::io(rank, "socket setup", e))
 }
 
 /// Rank 0's side of step 3. Returns the job id, the table and the control connections.
@@ -367,14 +317,8 @@ fn coordinate(
     mine: Hello,
 ) -> Result<(u64, Vec<PeerInfo>, Vec<Option<TcpStream>>)> {
     let size = mine.world_size;
-    let hellos = accept_vetted(
-        listener,
-        key,
-        deadline,
-        size - 1,
-        "waiting for ranks to join",
-        |s| auth::recv::<Hello>(s),
-    )?;
+    let hellos =
+        accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>)?;
     let mut slots: Vec<Option<(Option<TcpStream>, Hello)>> = (0..size).map(|_| None).collect();
     let mut problem: Option<(Option<usize>, String)> = None;
     let reference = (mine.version.clone(), mine.settings.clone());
@@ -390,10 +334,7 @@ fn coordinate(
             let mut s = s;
             let _ = auth::send(
                 &mut s,
-                &Reply::Reject {
-                    rank: None,
-                    what: format!("rank {r} joined twice or is out of range"),
-                },
+                &Reply::Reject { rank: None, what: format!("rank {r} joined twice or is out of range") },
             );
         }
     }
@@ -402,20 +343,11 @@ fn coordinate(
     for slot in slots {
         let (s, h) = slot.ok_or_else(|| Error::Internal("missing rank after gather".into()))?;
         conns.push(s);
-        peers.push(PeerInfo {
-            data_addr: h.data_addr,
-            host: h.host,
-        });
+        peers.push(PeerInfo { data_addr: h.data_addr, host: h.host });
     }
     if let Some((rank, what)) = problem {
         for s in conns.iter_mut().flatten() {
-            let _ = auth::send(
-                s,
-                &Reply::Reject {
-                    rank,
-                    what: what.clone(),
-                },
-            );
+            let _ = auth::send(s, &Reply::Reject { rank, what: what.clone() });
         }
         return Err(match rank {
             Some(rank) => Error::Mismatch { rank, what },
@@ -426,13 +358,7 @@ fn coordinate(
     getrandom::getrandom(&mut job).expect("the OS random source works");
     let job = u64::from_le_bytes(job);
     for s in conns.iter_mut().flatten() {
-        auth::send(
-            s,
-            &Reply::Table {
-                job,
-                peers: peers.clone(),
-            },
-        )?;
+        auth::send(s, &Reply::Table { job, peers: peers.clone() })?;
     }
     Ok((job, peers, conns))
 }
@@ -449,34 +375,31 @@ fn check_hello(
     if r >= size {
         return Some((
             None,
-            format!(
-                "a rank joined as rank {r}, out of range for world size {size}: check BOLTCCL_RANK"
-            ),
+            format!("a rank joined as rank {r}, out of range for world size {size}: check BOLTCCL_RANK"),
         ));
     }
     if slots[r].is_some() {
-        return Some((
-            None,
-            format!("two processes joined as rank {r}: check BOLTCCL_RANK on every node"),
-        ));
+        return Some((None, format!("two processes joined as rank {r}: check BOLTCCL_RANK on every node")));
     }
     if &h.version != version {
-        return Some((Some(r), format!("rank {r} runs boltccl {} but rank 0 runs {version}: install the same version everywhere", h.version)));
-    }
-    for ((name, theirs), (_, ours)) in h.settings.iter().zip(settings) {
-        if theirs != ours {
-            return Some((Some(r), format!("rank {r} has {name}={theirs} but rank 0 has {name}={ours}: set the same value on every rank")));
-        }
-    }
-    if h.settings.len() != settings.len() {
         return Some((
             Some(r),
             format!(
-                "rank {r} sent {} settings, rank 0 has {}",
-                h.settings.len(),
-                settings.len()
+                "rank {r} runs boltccl {} but rank 0 runs {version}: install the same version everywhere",
+                h.version
             ),
         ));
+    }
+    for ((name, theirs), (_, ours)) in h.settings.iter().zip(settings) {
+        if theirs != ours {
+            return Some((
+                Some(r),
+                format!("rank {r} has {name}={theirs} but rank 0 has {name}={ours}: set the same value on every rank"),
+            ));
+        }
+    }
+    if h.settings.len() != settings.len() {
+        return Some((Some(r), format!("rank {r} sent {} settings, rank 0 has {}", h.settings.len(), settings.len())));
     }
     None
 }

@@ -32,13 +32,9 @@ pub struct MemTransport {
 impl MemTransport {
     /// Create the transports of an `n`-rank world, one per rank, in rank order.
     pub fn world(n: usize) -> Vec<MemTransport> {
-        let world = Arc::new(World {
-            aborted: Mutex::new(None),
-        });
-        let mut to: Vec<Vec<Option<Sender<Vec<u8>>>>> =
-            (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
-        let mut from: Vec<Vec<Option<Receiver<Vec<u8>>>>> =
-            (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        let world = Arc::new(World { aborted: Mutex::new(None) });
+        let mut to: Vec<Vec<Option<Sender<Vec<u8>>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        let mut from: Vec<Vec<Option<Receiver<Vec<u8>>>>> = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
         for a in 0..n {
             for b in 0..n {
                 if a != b {
@@ -51,32 +47,25 @@ impl MemTransport {
         to.into_iter()
             .zip(from)
             .enumerate()
-            .map(|(rank, (to, from))| MemTransport {
-                rank,
-                size: n,
-                world: world.clone(),
-                to,
-                from,
-            })
+            .map(|(rank, (to, from))| MemTransport { rank, size: n, world: world.clone(), to, from })
             .collect()
     }
 
-    fn recv_one(&self, op: &mut RecvOp<'_>, limits: Limits) -> Result<(), Error> {
-        let rx = self.from[op.peer]
-            .as_ref()
-            .ok_or_else(|| Error::Internal("receive from self".into()))?;
+    fn recv_one(&self, op: &mut RecvOp<'_>, limits: &Limits) -> Result<(), Error> {
+        let rx = self.from[op.peer].as_ref().ok_or_else(|| Error::Internal("receive from self".into()))?;
         let deadline = Instant::now() + limits.timeout;
+        let mut next_check = Instant::now() + super::INTERRUPT_EVERY;
         let frame = loop {
             if let Some(e) = self.world.aborted.lock().clone() {
                 return Err(e);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::Timeout {
-                    op: limits.op.into(),
-                    rank: op.peer,
-                    after: limits.timeout,
-                });
+                return Err(Error::Timeout { op: limits.op.into(), rank: op.peer, after: limits.timeout });
+            }
+            if now >= next_check {
+                limits.interrupted()?;
+                next_check = now + super::INTERRUPT_EVERY;
             }
             match rx.recv_timeout((deadline - now).min(Duration::from_millis(5))) {
                 Ok(f) => break f,
@@ -89,13 +78,8 @@ impl MemTransport {
                 }
             }
         };
-        let head: &[u8; HEADER_LEN] = frame[..HEADER_LEN]
-            .try_into()
-            .expect("frames start with a header");
-        let got = Header::decode(head).map_err(|d| Error::Protocol {
-            from: format!("rank {}", op.peer),
-            detail: d,
-        })?;
+        let head: &[u8; HEADER_LEN] = frame[..HEADER_LEN].try_into().expect("frames start with a header");
+        let got = Header::decode(head).map_err(|d| Error::Protocol { from: format!("rank {}", op.peer), detail: d })?;
         if got.kind == Kind::Abort {
             return Err(wire::abort_error(&got, &frame[HEADER_LEN..]));
         }
@@ -119,20 +103,16 @@ impl Transport for MemTransport {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        limits: Limits,
+        limits: &Limits,
     ) -> Result<(), Error> {
         for s in sends {
             debug_assert_eq!(s.header.len as usize, s.data.len());
             let mut frame = Vec::with_capacity(HEADER_LEN + s.data.len());
             frame.extend_from_slice(&s.header.encode());
             frame.extend_from_slice(s.data);
-            let tx = self.to[s.peer]
-                .as_ref()
-                .ok_or_else(|| Error::Internal("send to self".into()))?;
-            tx.send(frame).map_err(|_| Error::PeerLost {
-                rank: s.peer,
-                detail: "its in-process transport was dropped".into(),
-            })?;
+            let tx = self.to[s.peer].as_ref().ok_or_else(|| Error::Internal("send to self".into()))?;
+            tx.send(frame)
+                .map_err(|_| Error::PeerLost { rank: s.peer, detail: "its in-process transport was dropped".into() })?;
         }
         for i in 0..recvs.len() {
             self.recv_one(&mut recvs[i], limits)?;
@@ -146,15 +126,9 @@ impl Transport for MemTransport {
         let mut slot = self.world.aborted.lock();
         if slot.is_none() {
             *slot = Some(if lost {
-                Error::PeerLost {
-                    rank: culprit,
-                    detail: reason,
-                }
+                Error::PeerLost { rank: culprit, detail: reason }
             } else {
-                Error::Aborted {
-                    rank: culprit,
-                    reason,
-                }
+                Error::Aborted { rank: culprit, reason }
             });
         }
     }

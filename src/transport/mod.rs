@@ -34,13 +34,32 @@ pub struct RecvOp<'a> {
     pub buf: &'a mut [u8],
 }
 
+/// A check run while a call is blocked (never on the fast path): returning `true` stops the
+/// call with [`Error::Interrupted`]. Python uses it to let Ctrl-C through.
+pub type InterruptCheck = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// How often a blocked call runs the interrupt check.
+pub const INTERRUPT_EVERY: Duration = Duration::from_millis(50);
+
 /// Limits for one exchange.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct Limits {
     /// Fail if nothing moves for this long.
     pub timeout: Duration,
     /// Name of the call, for error messages.
     pub op: &'static str,
+    /// Run while blocked; `true` interrupts the call.
+    pub interrupt: Option<InterruptCheck>,
+}
+
+impl Limits {
+    /// Run the interrupt check, if any.
+    pub fn interrupted(&self) -> Result<(), Error> {
+        match &self.interrupt {
+            Some(f) if f() => Err(Error::Interrupted { op: self.op.to_string() }),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Called with all receives and the index of the one that just completed.
@@ -60,7 +79,7 @@ pub trait Transport: Send {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        limits: Limits,
+        limits: &Limits,
     ) -> Result<(), Error>;
     /// Best effort, never blocking for long: tell every rank that this job is failing because
     /// of `cause`, and close the data links so no one waits on this rank.

@@ -98,31 +98,13 @@ impl TcpTransport {
                 c.map(|stream| -> io::Result<Control> {
                     stream.set_nonblocking(true)?;
                     stream.set_nodelay(true)?;
-                    Ok(Control {
-                        stream,
-                        buf: Vec::with_capacity(HEADER_LEN + MAX_REASON),
-                        departed: false,
-                    })
+                    Ok(Control { stream, buf: Vec::with_capacity(HEADER_LEN + MAX_REASON), departed: false })
                 })
                 .transpose()
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let queues = || {
-            (0..size * streams)
-                .map(|_| Queue::default())
-                .collect::<Vec<_>>()
-        };
-        Ok(TcpTransport {
-            rank,
-            size,
-            streams,
-            links,
-            control,
-            spin,
-            sq: queues(),
-            rq: queues(),
-            aborted: false,
-        })
+        let queues = || (0..size * streams).map(|_| Queue::default()).collect::<Vec<_>>();
+        Ok(TcpTransport { rank, size, streams, links, control, spin, sq: queues(), rq: queues(), aborted: false })
     }
 
     fn queue_of(&self, peer: usize, part: u32) -> usize {
@@ -147,10 +129,7 @@ impl TcpTransport {
                 };
                 match r {
                     Ok(0) => {
-                        return Err(Error::PeerLost {
-                            rank: op.peer,
-                            detail: "connection closed while sending".into(),
-                        })
+                        return Err(Error::PeerLost { rank: op.peer, detail: "connection closed while sending".into() })
                     }
                     Ok(n) => {
                         moved = true;
@@ -176,11 +155,7 @@ impl TcpTransport {
     }
 
     /// Pull every receive queue as far as the data allows; run `on_recv` for completed ones.
-    fn pump_recvs(
-        &mut self,
-        recvs: &mut [RecvOp<'_>],
-        on_recv: &mut OnRecv<'_>,
-    ) -> Result<bool, Error> {
+    fn pump_recvs(&mut self, recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<bool, Error> {
         let mut moved = false;
         for qi in 0..self.rq.len() {
             loop {
@@ -194,10 +169,7 @@ impl TcpTransport {
                 let stream = &mut self.links[qi / self.streams][qi % self.streams];
                 let had = q.done;
                 let r = if q.done < HEADER_LEN {
-                    stream.read_vectored(&mut [
-                        IoSliceMut::new(&mut q.hdr[had..]),
-                        IoSliceMut::new(op.buf),
-                    ])
+                    stream.read_vectored(&mut [IoSliceMut::new(&mut q.hdr[had..]), IoSliceMut::new(op.buf)])
                 } else {
                     stream.read(&mut op.buf[had - HEADER_LEN..])
                 };
@@ -214,10 +186,8 @@ impl TcpTransport {
                         if had < HEADER_LEN && q.done >= HEADER_LEN {
                             // The payload may already be partly in `buf`; it only counts once
                             // the header matches.
-                            let got = Header::decode(&q.hdr).map_err(|d| Error::Protocol {
-                                from: format!("rank {}", op.peer),
-                                detail: d,
-                            })?;
+                            let got = Header::decode(&q.hdr)
+                                .map_err(|d| Error::Protocol { from: format!("rank {}", op.peer), detail: d })?;
                             if got.kind != Kind::Data {
                                 return Err(Error::Protocol {
                                     from: format!("rank {}", op.peer),
@@ -235,10 +205,7 @@ impl TcpTransport {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if is_disconnect(&e) => {
-                        return Err(Error::PeerLost {
-                            rank: op.peer,
-                            detail: format!("connection lost ({e})"),
-                        })
+                        return Err(Error::PeerLost { rank: op.peer, detail: format!("connection lost ({e})") })
                     }
                     Err(e) => return Err(Error::io(op.peer, "receive", e)),
                 }
@@ -260,8 +227,7 @@ impl TcpTransport {
                     Ok(0) => {
                         break Some(Error::PeerLost {
                             rank: peer,
-                            detail: "its control connection closed (process exited or was killed)"
-                                .into(),
+                            detail: "its control connection closed (process exited or was killed)".into(),
                         })
                     }
                     Ok(n) => {
@@ -276,10 +242,7 @@ impl TcpTransport {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break None,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
-                        break Some(Error::PeerLost {
-                            rank: peer,
-                            detail: format!("control connection lost ({e})"),
-                        })
+                        break Some(Error::PeerLost { rank: peer, detail: format!("control connection lost ({e})") })
                     }
                 }
             };
@@ -289,10 +252,7 @@ impl TcpTransport {
                 let h = match Header::decode(&head) {
                     Ok(h) => h,
                     Err(d) => {
-                        found.get_or_insert(Error::Protocol {
-                            from: format!("rank {peer}"),
-                            detail: d,
-                        });
+                        found.get_or_insert(Error::Protocol { from: format!("rank {peer}"), detail: d });
                         break;
                     }
                 };
@@ -360,22 +320,15 @@ impl TcpTransport {
     fn wait(&mut self, until: Instant) -> Result<(), Error> {
         let now = Instant::now();
         let ms = (until.saturating_duration_since(now).as_millis() as i32).clamp(1, 1000);
-        let mut fds: Vec<PollFd<'_>> =
-            Vec::with_capacity(self.sq.len() + self.rq.len() + self.control.len());
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(self.sq.len() + self.rq.len() + self.control.len());
         for (qi, q) in self.sq.iter().enumerate() {
             if q.pending() {
-                fds.push(PollFd::new(
-                    &self.links[qi / self.streams][qi % self.streams],
-                    PollFlags::OUT,
-                ));
+                fds.push(PollFd::new(&self.links[qi / self.streams][qi % self.streams], PollFlags::OUT));
             }
         }
         for (qi, q) in self.rq.iter().enumerate() {
             if q.pending() {
-                fds.push(PollFd::new(
-                    &self.links[qi / self.streams][qi % self.streams],
-                    PollFlags::IN,
-                ));
+                fds.push(PollFd::new(&self.links[qi / self.streams][qi % self.streams], PollFlags::IN));
             }
         }
         for c in self.control.iter().flatten().filter(|c| !c.departed) {
@@ -389,14 +342,8 @@ impl TcpTransport {
     }
 
     fn blocked_on(&self) -> usize {
-        let first = |qs: &[Queue]| {
-            qs.iter()
-                .position(|q| q.pending())
-                .map(|qi| qi / self.streams)
-        };
-        first(&self.rq)
-            .or_else(|| first(&self.sq))
-            .unwrap_or(self.rank)
+        let first = |qs: &[Queue]| qs.iter().position(|q| q.pending()).map(|qi| qi / self.streams);
+        first(&self.rq).or_else(|| first(&self.sq)).unwrap_or(self.rank)
     }
 
     fn run(
@@ -404,7 +351,7 @@ impl TcpTransport {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        limits: Limits,
+        limits: &Limits,
     ) -> Result<(), Error> {
         for q in self.sq.iter_mut().chain(self.rq.iter_mut()) {
             q.reset();
@@ -443,16 +390,14 @@ impl TcpTransport {
             }
             let deadline = last_progress + limits.timeout;
             if now >= deadline {
-                return Err(Error::Timeout {
-                    op: limits.op.into(),
-                    rank: self.blocked_on(),
-                    after: limits.timeout,
-                });
+                return Err(Error::Timeout { op: limits.op.into(), rank: self.blocked_on(), after: limits.timeout });
             }
-            self.wait(deadline)?;
+            let wake = if limits.interrupt.is_some() { deadline.min(now + super::INTERRUPT_EVERY) } else { deadline };
+            self.wait(wake)?;
             if let Some(e) = self.check_control() {
                 return Err(e);
             }
+            limits.interrupted()?;
         }
     }
 }
@@ -465,10 +410,7 @@ fn write_all_briefly(stream: &mut TcpStream, mut frame: &[u8]) {
         match stream.write(frame) {
             Ok(0) => return,
             Ok(n) => frame = &frame[n..],
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock
-                    || e.kind() == io::ErrorKind::Interrupted =>
-            {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {
                 std::thread::sleep(Duration::from_millis(1))
             }
             Err(_) => return,
@@ -490,7 +432,7 @@ impl Transport for TcpTransport {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        limits: Limits,
+        limits: &Limits,
     ) -> Result<(), Error> {
         if self.aborted {
             return Err(Error::Internal("exchange on an aborted transport".into()));

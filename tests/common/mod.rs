@@ -59,9 +59,7 @@ fn value<T: TestElem>(rank: usize, i: usize, salt: usize) -> i64 {
 }
 
 fn input<T: TestElem>(rank: usize, n: usize, salt: usize) -> Vec<T> {
-    (0..n)
-        .map(|i| T::from_i64(value::<T>(rank, i, salt)))
-        .collect()
+    (0..n).map(|i| T::from_i64(value::<T>(rank, i, salt))).collect()
 }
 
 fn reference(op: ReduceOp, vals: impl Iterator<Item = i64>) -> f64 {
@@ -95,10 +93,7 @@ impl Digest {
 fn check<T: TestElem>(what: &str, got: &[T], want: impl Fn(usize) -> f64) {
     for (i, g) in got.iter().enumerate() {
         let w = want(i);
-        assert!(
-            g.to_f64() == w,
-            "{what}: element {i} is {g:?}, expected {w}"
-        );
+        assert!(g.to_f64() == w, "{what}: element {i} is {g:?}, expected {w}");
     }
 }
 
@@ -115,13 +110,10 @@ pub fn suite_for<T: TestElem>(g: &Group, d: &mut Digest) {
         for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
             // In place.
             let mut buf = input::<T>(r, n, salt);
-            g.all_reduce(op, &mut buf)
-                .unwrap_or_else(|e| panic!("all_{} {name} n={n}: {e}", op.name()));
-            check(
-                &format!("all_{} {name} n={n} rank {r}/{p}", op.name()),
-                &buf,
-                |i| reference(op, (0..p).map(|q| value::<T>(q, i, salt))),
-            );
+            g.all_reduce(op, &mut buf).unwrap_or_else(|e| panic!("all_{} {name} n={n}: {e}", op.name()));
+            check(&format!("all_{} {name} n={n} rank {r}/{p}", op.name()), &buf, |i| {
+                reference(op, (0..p).map(|q| value::<T>(q, i, salt)))
+            });
             d.add(bytemuck::cast_slice(&buf));
             // Out of place, into a dirty buffer.
             let src = input::<T>(r, n, salt + 1);
@@ -131,50 +123,28 @@ pub fn suite_for<T: TestElem>(g: &Group, d: &mut Digest) {
             check(&format!("all_{}_into {name} n={n}", op.name()), &out, |i| {
                 reference(op, (0..p).map(|q| value::<T>(q, i, salt + 1)))
             });
-            assert_eq!(
-                src,
-                input::<T>(r, n, salt + 1),
-                "all_reduce_into modified its input"
-            );
+            assert_eq!(src, input::<T>(r, n, salt + 1), "all_reduce_into modified its input");
             d.add(bytemuck::cast_slice(&out));
         }
         // all_gather
         let src = input::<T>(r, n, salt + 2);
         let mut out = vec![T::from_i64(1); n * p];
-        g.all_gather(&src, &mut out)
-            .unwrap_or_else(|e| panic!("all_gather {name} n={n}: {e}"));
-        check(&format!("all_gather {name} n={n}"), &out, |i| {
-            value::<T>(i / n.max(1), i % n.max(1), salt + 2) as f64
-        });
+        g.all_gather(&src, &mut out).unwrap_or_else(|e| panic!("all_gather {name} n={n}: {e}"));
+        check(&format!("all_gather {name} n={n}"), &out, |i| value::<T>(i / n.max(1), i % n.max(1), salt + 2) as f64);
         d.add(bytemuck::cast_slice(&out));
         // reduce_scatter
         let src = input::<T>(r, n * p, salt + 3);
         let mut out = vec![T::from_i64(2); n];
-        g.reduce_scatter(&src, &mut out)
-            .unwrap_or_else(|e| panic!("reduce_scatter {name} n={n}: {e}"));
-        check(
-            &format!("reduce_scatter {name} n={n} rank {r}"),
-            &out,
-            |i| {
-                reference(
-                    ReduceOp::Sum,
-                    (0..p).map(|q| value::<T>(q, r * n + i, salt + 3)),
-                )
-            },
-        );
+        g.reduce_scatter(&src, &mut out).unwrap_or_else(|e| panic!("reduce_scatter {name} n={n}: {e}"));
+        check(&format!("reduce_scatter {name} n={n} rank {r}"), &out, |i| {
+            reference(ReduceOp::Sum, (0..p).map(|q| value::<T>(q, r * n + i, salt + 3)))
+        });
         // Each rank holds a different block: checked above, not part of the shared digest.
         // broadcast from a root that moves with the length
         let root = (salt * 3 + 1) % p;
-        let mut buf = if r == root {
-            input::<T>(r, n, salt + 4)
-        } else {
-            vec![T::from_i64(0); n]
-        };
-        g.broadcast(&mut buf, root)
-            .unwrap_or_else(|e| panic!("broadcast {name} n={n} root {root}: {e}"));
-        check(&format!("broadcast {name} n={n} root {root}"), &buf, |i| {
-            value::<T>(root, i, salt + 4) as f64
-        });
+        let mut buf = if r == root { input::<T>(r, n, salt + 4) } else { vec![T::from_i64(0); n] };
+        g.broadcast(&mut buf, root).unwrap_or_else(|e| panic!("broadcast {name} n={n} root {root}: {e}"));
+        check(&format!("broadcast {name} n={n} root {root}"), &buf, |i| value::<T>(root, i, salt + 4) as f64);
         d.add(bytemuck::cast_slice(&buf));
         // send/recv around the ring (even ranks send first, so large messages cannot deadlock)
         if p > 1 {
@@ -182,19 +152,13 @@ pub fn suite_for<T: TestElem>(g: &Group, d: &mut Digest) {
             let mine = input::<T>(r, n, salt + 5);
             let mut got = vec![T::from_i64(0); n];
             if r % 2 == 0 {
-                g.send(&mine, to)
-                    .unwrap_or_else(|e| panic!("send {name} n={n}: {e}"));
-                g.recv(&mut got, from)
-                    .unwrap_or_else(|e| panic!("recv {name} n={n}: {e}"));
+                g.send(&mine, to).unwrap_or_else(|e| panic!("send {name} n={n}: {e}"));
+                g.recv(&mut got, from).unwrap_or_else(|e| panic!("recv {name} n={n}: {e}"));
             } else {
-                g.recv(&mut got, from)
-                    .unwrap_or_else(|e| panic!("recv {name} n={n}: {e}"));
-                g.send(&mine, to)
-                    .unwrap_or_else(|e| panic!("send {name} n={n}: {e}"));
+                g.recv(&mut got, from).unwrap_or_else(|e| panic!("recv {name} n={n}: {e}"));
+                g.send(&mine, to).unwrap_or_else(|e| panic!("send {name} n={n}: {e}"));
             }
-            check(&format!("recv {name} n={n}"), &got, |i| {
-                value::<T>(from, i, salt + 5) as f64
-            });
+            check(&format!("recv {name} n={n}"), &got, |i| value::<T>(from, i, salt + 5) as f64);
         }
     }
 }
@@ -207,11 +171,8 @@ pub fn determinism(g: &Group, d: &mut Digest, rank_order_expected: bool) {
         let mut s = 0x9E37_79B9u64 ^ (q as u64 * 0x1234_5677);
         (0..n)
             .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
-                    * 1e3_f32.powi(((s >> 20) % 3) as i32)
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e3_f32.powi(((s >> 20) % 3) as i32)
             })
             .collect()
     };
@@ -232,11 +193,7 @@ pub fn determinism(g: &Group, d: &mut Digest, rank_order_expected: bool) {
                 for x in &inputs[1..] {
                     acc += x[i];
                 }
-                assert_eq!(
-                    a[i].to_bits(),
-                    acc.to_bits(),
-                    "element {i} is not the rank-order sum"
-                );
+                assert_eq!(a[i].to_bits(), acc.to_bits(), "element {i} is not the rank-order sum");
             }
         }
         d.add(bytemuck::cast_slice(&a));
@@ -266,11 +223,7 @@ pub fn suite(g: &Group, rank_order_expected: bool) -> u64 {
 
 /// A free TCP port on loopback (bound then released: good enough for tests).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Ranks as separate processes: re-runs this test binary's `test_name` with the rank's
