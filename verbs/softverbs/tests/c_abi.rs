@@ -1,0 +1,163 @@
+//! ABI compatibility: C programs compiled against the REAL `<infiniband/verbs.h>` and linked to
+//! the built `libsoftverbs.so` run a UC ping-pong between two processes over `rdma_lo`, using
+//! the header's own static-inline post/poll functions.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+const LINE_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn lib_dir() -> PathBuf {
+    // target/debug/deps/c_abi-xxxx -> target/debug
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// Compile `tests/c/pingpong.c` once per test binary.
+fn build_pingpong() -> Option<PathBuf> {
+    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(build_pingpong_once).clone()
+}
+
+/// Compile `tests/c/pingpong.c`; `None` (with a message) when the header is missing.
+fn build_pingpong_once() -> Option<PathBuf> {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        eprintln!("SKIPPED: /usr/include/infiniband/verbs.h not installed (apt-get install -y libibverbs-dev)");
+        return None;
+    }
+    let lib = lib_dir();
+    assert!(
+        lib.join("libsoftverbs.so").exists(),
+        "libsoftverbs.so not found in {}",
+        lib.display()
+    );
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("softverbs-c");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join("pingpong");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(cc)
+        .args(["-std=gnu11", "-Wall", "-Werror", "-O1", "-o"])
+        .arg(&exe)
+        .arg(manifest.join("tests/c/pingpong.c"))
+        .arg(format!("-I{}", manifest.join("include").display()))
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lsoftverbs")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+struct Proc {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    name: &'static str,
+}
+
+impl Proc {
+    fn spawn(exe: &Path, role: &'static str, iters: u32, size: u32) -> Proc {
+        let mut child = Command::new(exe)
+            .args([role, &iters.to_string(), &size.to_string()])
+            .env("SOFTVERBS_QUIET", "1")
+            .env_remove("SOFTVERBS_PROFILE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Proc {
+            child,
+            stdin,
+            lines: rx,
+            name: role,
+        }
+    }
+
+    fn expect(&mut self, prefix: &str) -> String {
+        match self.lines.recv_timeout(LINE_TIMEOUT) {
+            Ok(l) if l.starts_with(prefix) => l,
+            Ok(l) => panic!("{}: expected {prefix}, got {l}", self.name),
+            Err(_) => {
+                let _ = self.child.kill();
+                panic!("{}: no {prefix} line within {LINE_TIMEOUT:?}", self.name)
+            }
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn finish(mut self) {
+        let line = self.expect("DONE");
+        assert_eq!(
+            line, "DONE 0 0 0 0 0 0 0",
+            "{}: objects leaked after teardown",
+            self.name
+        );
+        for _ in 0..200 {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "{} exited with {st}", self.name);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!("{} did not exit", self.name);
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run_pingpong(iters: u32, size: u32) {
+    let Some(exe) = build_pingpong() else { return };
+    let mut server = Proc::spawn(&exe, "server", iters, size);
+    let s_info = server.expect("INFO ");
+    let mut client = Proc::spawn(&exe, "client", iters, size);
+    let c_info = client.expect("INFO ");
+    // Each side gets the other's QP number and GID.
+    server.send(&c_info.replacen("INFO", "PEER", 1));
+    client.send(&s_info.replacen("INFO", "PEER", 1));
+    server.expect("READY");
+    client.expect("READY");
+    client.send("GO");
+    server.finish();
+    client.finish();
+}
+
+#[test]
+fn c_pingpong_small_messages() {
+    run_pingpong(200, 64);
+}
+
+#[test]
+fn c_pingpong_fragmented_messages() {
+    // 256 KiB with path MTU 1024 = 256 fragments per message.
+    run_pingpong(5, 256 * 1024);
+}
