@@ -424,11 +424,6 @@ fn reg_mr_impl(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_uint
     if access & remote != 0 && access & IBV_ACCESS_LOCAL_WRITE == 0 {
         return null_err(Error::Invalid("remote write/atomic needs LOCAL_WRITE"));
     }
-    if length as u64 > ctx.cfg.limits.max_msg as u64
-        && ctx.cfg.profile == crate::config::Profile::Apple
-    {
-        return null_err(Error::Invalid("length above max_mr_size"));
-    }
     let dev = ctx.dev.name();
     if let Err(e) = reserve(&dev, false, ctx.cfg.limits.max_mr) {
         return null_err(e);
@@ -725,12 +720,14 @@ pub unsafe extern "C" fn ibv_create_qp(
             cap,
         ));
         let thread_qp = inner.clone();
+        counters::inc(Kind::RxThreads);
         let handle = match std::thread::Builder::new()
             .name(format!("softverbs-rx-{qpn}"))
             .spawn(move || rx_loop(thread_qp))
         {
             Ok(h) => h,
             Err(e) => {
+                counters::dec(Kind::RxThreads);
                 release(&dev, true);
                 return null_err(Error::Io(e));
             }

@@ -89,7 +89,8 @@ pub struct Faults {
     pub delay: Duration,
     /// After this many counted verbs operations the device fails (`SOFTVERBS_FAIL_AFTER`).
     pub fail_after: Option<u64>,
-    /// A posted receive becomes usable only after this delay (`SOFTVERBS_RECV_DELAY_US`).
+    /// Every `post_recv` work request is delayed by this long before it is queued, modelling a
+    /// rank that posts its receives late (`SOFTVERBS_RECV_DELAY_US`).
     pub recv_delay: Duration,
 }
 

@@ -26,8 +26,6 @@ const MAX_DELAYED: usize = 16_384;
 pub(crate) struct RecvWqe {
     wr_id: u64,
     sges: Vec<ibv_sge>,
-    /// `SOFTVERBS_RECV_DELAY_US`: not usable before this instant.
-    ready_at: Option<Instant>,
 }
 
 /// A message being reassembled into a receive buffer.
@@ -291,6 +289,11 @@ impl QpInner {
                 .push(wc(wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, self.qpn));
             return Ok(());
         }
+        // SOFTVERBS_RECV_DELAY_US: the rank posts its receive late (the call itself is slow).
+        let delay = self.ctx.cfg.faults.recv_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
         let limit = match self.ctx.cfg.limits.max_outstanding_recv {
             Some(hard) => hard,
             None => self.cap.max_recv_wr as usize,
@@ -300,11 +303,9 @@ impl QpInner {
         if outstanding >= limit {
             return Err(Error::NoMem("too many outstanding receives"));
         }
-        let delay = self.ctx.cfg.faults.recv_delay;
         rq.wqes.push_back(RecvWqe {
             wr_id: wr.wr_id,
             sges,
-            ready_at: (!delay.is_zero()).then(|| Instant::now() + delay),
         });
         Ok(())
     }
@@ -437,12 +438,7 @@ impl QpInner {
                     rq.wqes.push_front(old.wqe);
                 }
                 rq.discarding = None;
-                let now = Instant::now();
-                let ready = rq
-                    .wqes
-                    .front()
-                    .is_some_and(|w| w.ready_at.map_or(true, |t| t <= now));
-                if !ready {
+                if rq.wqes.is_empty() {
                     tracing::debug!(
                         qpn = self.qpn,
                         seq = h.msg_seq,
@@ -524,8 +520,8 @@ impl QpInner {
 }
 
 /// The receive thread of one QP: runs until `stop` is set.
+/// The caller counted the thread (`Kind::RxThreads`) before spawning it; it is uncounted here.
 pub(crate) fn rx_loop(qp: Arc<QpInner>) {
-    counters::inc(Kind::RxThreads);
     let delay = qp.ctx.cfg.faults.delay;
     let mut buf = vec![0u8; 65_536];
     let mut held: VecDeque<(Instant, Vec<u8>, SocketAddr)> = VecDeque::new();
