@@ -66,8 +66,29 @@ struct Proc {
 
 impl Proc {
     fn spawn(exe: &Path, role: &'static str, iters: u32, size: u32) -> Proc {
-        let mut child = Command::new(exe)
+        Proc::spawn_in(None, "rdma_lo", exe, role, iters, size)
+    }
+
+    /// Spawn in network namespace `netns` (via `ip netns exec`) using device `dev`.
+    fn spawn_in(
+        netns: Option<&str>,
+        dev: &str,
+        exe: &Path,
+        role: &'static str,
+        iters: u32,
+        size: u32,
+    ) -> Proc {
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = cmd
             .args([role, &iters.to_string(), &size.to_string()])
+            .env("PINGPONG_DEV", dev)
             .env("SOFTVERBS_QUIET", "1")
             .env_remove("SOFTVERBS_PROFILE")
             .stdin(Stdio::piped())
@@ -137,9 +158,13 @@ impl Drop for Proc {
 
 fn run_pingpong(iters: u32, size: u32) {
     let Some(exe) = build_pingpong() else { return };
-    let mut server = Proc::spawn(&exe, "server", iters, size);
+    let server = Proc::spawn(&exe, "server", iters, size);
+    let client = Proc::spawn(&exe, "client", iters, size);
+    drive(server, client);
+}
+
+fn drive(mut server: Proc, mut client: Proc) {
     let s_info = server.expect("INFO ");
-    let mut client = Proc::spawn(&exe, "client", iters, size);
     let c_info = client.expect("INFO ");
     // Each side gets the other's QP number and GID.
     server.send(&c_info.replacen("INFO", "PEER", 1));
@@ -160,4 +185,79 @@ fn c_pingpong_small_messages() {
 fn c_pingpong_fragmented_messages() {
     // 256 KiB with path MTU 1024 = 256 fragments per message.
     run_pingpong(5, 256 * 1024);
+}
+
+/// Two network namespaces joined by a veth pair; removed on drop.
+struct Netns {
+    names: [String; 2],
+}
+
+impl Netns {
+    fn sh(args: &[&str]) -> bool {
+        Command::new("ip")
+            .args(args)
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+    }
+
+    fn create(tag: u32) -> Option<Netns> {
+        let a = format!("svA{tag}");
+        let b = format!("svB{tag}");
+        let (va, vb) = (format!("sva{tag}"), format!("svb{tag}"));
+        let net = format!("10.213.{}", tag % 250);
+        if !Netns::sh(&["netns", "add", &a]) {
+            return None;
+        }
+        let ns = Netns {
+            names: [a.clone(), b.clone()],
+        };
+        let ok = Netns::sh(&["netns", "add", &b])
+            && Netns::sh(&[
+                "link", "add", &va, "netns", &a, "type", "veth", "peer", &vb, "netns", &b,
+            ])
+            && Netns::sh(&["-n", &a, "addr", "add", &format!("{net}.1/24"), "dev", &va])
+            && Netns::sh(&["-n", &b, "addr", "add", &format!("{net}.2/24"), "dev", &vb])
+            && Netns::sh(&["-n", &a, "link", "set", &va, "up"])
+            && Netns::sh(&["-n", &b, "link", "set", &vb, "up"])
+            && Netns::sh(&["-n", &a, "link", "set", "lo", "up"])
+            && Netns::sh(&["-n", &b, "link", "set", "lo", "up"]);
+        ok.then_some(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            Netns::sh(&["netns", "del", n]);
+        }
+    }
+}
+
+#[test]
+fn c_pingpong_across_network_namespaces() {
+    let Some(exe) = build_pingpong() else { return };
+    let tag = std::process::id() % 10_000;
+    let Some(ns) = Netns::create(tag) else {
+        eprintln!("SKIPPED c_pingpong_across_network_namespaces: cannot create network namespaces (needs root and iproute2)");
+        return;
+    };
+    let server = Proc::spawn_in(
+        Some(&ns.names[0]),
+        &format!("rdma_sva{tag}"),
+        &exe,
+        "server",
+        50,
+        100_000,
+    );
+    let client = Proc::spawn_in(
+        Some(&ns.names[1]),
+        &format!("rdma_svb{tag}"),
+        &exe,
+        "client",
+        50,
+        100_000,
+    );
+    drive(server, client);
 }

@@ -5,7 +5,7 @@
  * context->ops) and the ibv_query_port/ibv_reg_mr macros, so it checks ABI
  * compatibility of the provider.
  *
- * Usage: pingpong server|client ITERS SIZE
+ * Usage: pingpong server|client ITERS SIZE   (device: $PINGPONG_DEV, default rdma_lo)
  * Line protocol on stdin/stdout with the test harness:
  *   -> "INFO <qpn> <gid-hex>"      <- "PEER <qpn> <gid-hex>"
  *   -> "READY"                     <- "GO" (client only)
@@ -107,12 +107,13 @@ int main(int argc, char **argv)
 	struct ibv_device **list = ibv_get_device_list(&num);
 	if (!list)
 		DIE("ibv_get_device_list: errno %d", errno);
+	const char *want = getenv("PINGPONG_DEV") ? getenv("PINGPONG_DEV") : "rdma_lo";
 	struct ibv_device *dev = NULL;
 	for (int i = 0; i < num; i++)
-		if (strcmp(ibv_get_device_name(list[i]), "rdma_lo") == 0)
+		if (strcmp(ibv_get_device_name(list[i]), want) == 0)
 			dev = list[i];
 	if (!dev)
-		DIE("no rdma_lo device among %d", num);
+		DIE("no %s device among %d", want, num);
 	struct ibv_context *ctx = ibv_open_device(dev);
 	if (!ctx)
 		DIE("ibv_open_device: errno %d", errno);
