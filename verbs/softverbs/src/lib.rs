@@ -18,6 +18,7 @@
 //! Rust tests can call the exported functions directly through the `rlib`.
 
 #![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod api;
 pub mod config;

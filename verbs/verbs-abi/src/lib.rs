@@ -17,6 +17,7 @@
 
 #![allow(non_camel_case_types)]
 #![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 
