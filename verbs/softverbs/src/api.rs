@@ -813,11 +813,13 @@ pub unsafe extern "C" fn ibv_modify_qp(
         if qp.is_null() || attr.is_null() {
             return int_err(Error::Invalid("NULL qp or attr"));
         }
-        // SAFETY: qp is a live SoftQp; attr is valid per the contract.
-        let (soft, a) = unsafe { (&mut *(qp as *mut SoftQp), &*attr) };
+        // SAFETY: qp is a live SoftQp; attr is valid per the contract. Only shared
+        // references are formed (other threads may be posting on this QP).
+        let (soft, a) = unsafe { (&*(qp as *const SoftQp), &*attr) };
         match soft.inner.modify(a, attr_mask) {
             Ok(state) => {
-                soft.ibv.state = state;
+                // SAFETY: writes the ABI-visible state field in place, as libibverbs does.
+                unsafe { addr_of_mut!((*qp).state).write(state) };
                 0
             }
             Err(e) => int_err(e),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, LazyLock, Weak};
 use std::thread::JoinHandle;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use verbs_abi::*;
 
 use crate::config::Config;
@@ -53,6 +53,28 @@ pub(crate) struct MrEntry {
     pub len: u64,
     pub pd_handle: u32,
     pub access: u32,
+}
+
+/// True when every SGE lies inside a registered MR of PD `pd_handle` (matching lkey) that
+/// grants the `need` access bits.
+pub(crate) fn sges_valid(
+    mrs: &HashMap<u32, MrEntry>,
+    pd_handle: u32,
+    sges: &[ibv_sge],
+    need: u32,
+) -> bool {
+    sges.iter().all(|s| {
+        let Some(mr) = mrs.get(&s.lkey) else {
+            return false;
+        };
+        let Some(end) = s.addr.checked_add(s.length as u64) else {
+            return false;
+        };
+        mr.pd_handle == pd_handle
+            && s.addr >= mr.addr
+            && end <= mr.addr + mr.len
+            && (mr.access & need) == need
+    })
 }
 
 /// Shared state of an open context.
@@ -137,19 +159,10 @@ impl CtxInner {
         ((z >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 
-    /// Check that `[addr, addr+len)` lies in the MR `lkey` of PD `pd_handle`, with `need` access.
-    pub fn check_range(&self, pd_handle: u32, lkey: u32, addr: u64, len: u32, need: u32) -> bool {
-        let mrs = self.mrs.lock();
-        let Some(mr) = mrs.get(&lkey) else {
-            return false;
-        };
-        let Some(end) = addr.checked_add(len as u64) else {
-            return false;
-        };
-        mr.pd_handle == pd_handle
-            && addr >= mr.addr
-            && end <= mr.addr + mr.len
-            && (mr.access & need) == need
+    /// Lock the MR table. Holding the guard while copying to/from user buffers makes
+    /// `ibv_dereg_mr` wait until the copy is done.
+    pub fn mrs(&self) -> MutexGuard<'_, HashMap<u32, MrEntry>> {
+        self.mrs.lock()
     }
 
     /// Stop and join every receive thread of this context.

@@ -12,7 +12,7 @@ use verbs_abi::*;
 
 use crate::counters::{self, Kind};
 use crate::error::Error;
-use crate::objects::{CqInner, CtxInner};
+use crate::objects::{sges_valid, CqInner, CtxInner};
 use crate::wire::{Header, FLAG_IMM, HDR_LEN};
 
 /// Kernel receive buffer asked for each QP socket (large messages arrive as bursts).
@@ -351,12 +351,7 @@ impl QpInner {
             self.enter_error();
             Ok(())
         };
-        if !inline
-            && !sges.iter().all(|s| {
-                self.ctx
-                    .check_range(self.pd_handle, s.lkey, s.addr, s.length, 0)
-            })
-        {
+        if !inline && !sges_valid(&self.ctx.mrs(), self.pd_handle, &sges, 0) {
             return fail(IBV_WC_LOC_PROT_ERR);
         }
         if total > self.ctx.cfg.limits.max_msg as u64 {
@@ -382,7 +377,16 @@ impl QpInner {
             hdr.frag_idx = idx;
             hdr.offset = off as u32;
             hdr.encode(&mut dgram);
-            gather(&sges, off, &mut dgram[HDR_LEN..HDR_LEN + len]);
+            {
+                // Re-check under the MR lock so a concurrent dereg cannot free the buffer
+                // while it is read.
+                let mrs = self.ctx.mrs();
+                if !inline && !sges_valid(&mrs, self.pd_handle, &sges, 0) {
+                    drop(mrs);
+                    return fail(IBV_WC_LOC_PROT_ERR);
+                }
+                gather(&sges, off, &mut dgram[HDR_LEN..HDR_LEN + len]);
+            }
             if self.ctx.roll_drop() {
                 tracing::debug!(
                     qpn = self.qpn,
@@ -448,15 +452,12 @@ impl QpInner {
                     return;
                 }
                 let wqe = rq.wqes.pop_front().expect("checked non-empty");
-                let ok = wqe.sges.iter().all(|s| {
-                    self.ctx.check_range(
-                        self.pd_handle,
-                        s.lkey,
-                        s.addr,
-                        s.length,
-                        IBV_ACCESS_LOCAL_WRITE,
-                    )
-                });
+                let ok = sges_valid(
+                    &self.ctx.mrs(),
+                    self.pd_handle,
+                    &wqe.sges,
+                    IBV_ACCESS_LOCAL_WRITE,
+                );
                 let cap: u64 = wqe.sges.iter().map(|s| s.length as u64).sum();
                 if !ok {
                     error = Some((wqe.wr_id, IBV_WC_LOC_PROT_ERR));
@@ -494,7 +495,25 @@ impl QpInner {
                     return;
                 }
                 let a = rq.cur.as_mut().expect("checked");
-                scatter(&a.wqe.sges, h.offset as usize, payload);
+                {
+                    // Write under the MR lock: a concurrent dereg waits, and an MR
+                    // deregistered mid-message is a protection error, not a use-after-free.
+                    let mrs = self.ctx.mrs();
+                    if !sges_valid(&mrs, self.pd_handle, &a.wqe.sges, IBV_ACCESS_LOCAL_WRITE) {
+                        drop(mrs);
+                        let a = rq.cur.take().expect("checked");
+                        drop(rq);
+                        self.recv_cq.push(wc(
+                            a.wqe.wr_id,
+                            IBV_WC_LOC_PROT_ERR,
+                            IBV_WC_RECV,
+                            self.qpn,
+                        ));
+                        self.enter_error();
+                        return;
+                    }
+                    scatter(&a.wqe.sges, h.offset as usize, payload);
+                }
                 a.next_frag += 1;
                 if a.next_frag == a.frag_cnt {
                     let a = rq.cur.take().expect("checked");

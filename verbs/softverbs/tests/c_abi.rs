@@ -261,3 +261,47 @@ fn c_pingpong_across_network_namespaces() {
     );
     drive(server, client);
 }
+
+/// boltccl (like JACCL) loads the provider at run time: every symbol JACCL resolves from
+/// Apple's `librdma.dylib` must be found by `dlsym` in `libsoftverbs.so`.
+#[test]
+fn dlopen_resolves_the_jaccl_symbol_set() {
+    use std::ffi::CString;
+    let path = CString::new(lib_dir().join("libsoftverbs.so").to_str().unwrap()).unwrap();
+    // SAFETY: dlopen with a valid NUL-terminated path; the handle is closed below.
+    let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!handle.is_null(), "dlopen failed");
+    let symbols = [
+        "ibv_get_device_list",
+        "ibv_get_device_name",
+        "ibv_open_device",
+        "ibv_free_device_list",
+        "ibv_close_device",
+        "ibv_alloc_pd",
+        "ibv_create_qp",
+        "ibv_create_cq",
+        "ibv_destroy_cq",
+        "ibv_destroy_qp",
+        "ibv_dealloc_pd",
+        "ibv_query_port",
+        "ibv_query_gid",
+        "ibv_modify_qp",
+        "ibv_reg_mr",
+        "ibv_dereg_mr",
+        "ibv_query_device",
+        "ibv_reg_mr_iova2",
+        "ibv_wc_status_str",
+        "softverbs_live_objects",
+    ];
+    let missing: Vec<_> = symbols
+        .iter()
+        .filter(|s| {
+            let name = CString::new(**s).unwrap();
+            // SAFETY: valid handle and NUL-terminated name.
+            unsafe { libc::dlsym(handle, name.as_ptr()) }.is_null()
+        })
+        .collect();
+    // SAFETY: handle from dlopen, closed once.
+    unsafe { libc::dlclose(handle) };
+    assert!(missing.is_empty(), "missing symbols: {missing:?}");
+}

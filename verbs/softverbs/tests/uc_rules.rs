@@ -195,6 +195,24 @@ fn bad_lkey_or_range_is_loc_prot_err() {
 }
 
 #[test]
+fn receive_into_deregistered_mr_is_loc_prot_err() {
+    let _g = serial();
+    let p = Pair::default_pair();
+    let mut abuf = pattern(64, 3);
+    let mut bbuf = vec![0u8; 64];
+    let amr = p.a.reg(&mut abuf, IBV_ACCESS_LOCAL_WRITE);
+    let bmr = p.b.reg(&mut bbuf, IBV_ACCESS_LOCAL_WRITE);
+    assert_eq!(post_recv(p.bqp, lkey(bmr), &mut bbuf, 1), 0);
+    dereg(bmr);
+    assert_eq!(send_buf(p.aqp, amr, &abuf, 2, None), 0);
+    assert_eq!(poll_ok(p.bcq).status, IBV_WC_LOC_PROT_ERR);
+    assert!(bbuf.iter().all(|&b| b == 0), "nothing written after dereg");
+    dereg(amr);
+    p.close();
+    assert_no_leaks();
+}
+
+#[test]
 fn multi_megabyte_message_is_fragmented_and_reassembled() {
     let _g = serial();
     let p = Pair::default_pair();
