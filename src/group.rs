@@ -74,7 +74,9 @@ pub fn init() -> Result<Group> {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env(crate::config::LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    use std::io::IsTerminal;
+    let ansi = std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
 
 fn bytes<T: Element>(s: &[T]) -> &[u8] {

@@ -384,8 +384,15 @@ impl TcpTransport {
                 last_progress = now;
                 continue;
             }
-            if now.duration_since(last_progress) < self.spin {
-                std::hint::spin_loop();
+            let idle = now.duration_since(last_progress);
+            if idle < self.spin {
+                // Spin hard briefly, then yield: on loopback the kernel may hand delivery to
+                // ksoftirqd, which a hard spinner would starve until it sleeps.
+                if idle < self.spin / 4 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             let deadline = last_progress + limits.timeout;
