@@ -229,8 +229,8 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
             cfg.spin.map(|d| format!("{} us", d.as_micros())).unwrap_or_else(|| "auto".into())
         );
         println!(
-            "# {:>10}  {:<15} {:>12} {:>12} {:>12} {:>7}  {}",
-            "size", "op", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "iters", "check"
+            "# {:>10}  {:<15} {:>12} {:>12} {:>12} {:>7}  check",
+            "size", "op", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "iters"
         );
     }
     let mut records = Vec::new();
