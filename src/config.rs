@@ -439,8 +439,9 @@ mod tests {
     fn every_variable_is_documented_in_the_readme() {
         let readme = include_str!("../README.md");
         for v in ENV_VARS {
-            let row = format!("| `{}` |", v.name);
-            assert!(readme.contains(&row), "README's environment table lacks {}", v.name);
+            let default = if v.default.is_empty() { "—" } else { v.default };
+            let row = format!("| `{}` | {} | {} |", v.name, default, v.help);
+            assert!(readme.contains(&row), "README's environment table lacks or differs on this row:\n{row}");
         }
     }
 
