@@ -7,7 +7,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 
 fn kernels(c: &mut Criterion) {
     let mut g = c.benchmark_group("fold");
-    for (dtype, bytes) in [(DType::F32, 1usize << 20), (DType::F32, 16 << 20), (DType::BF16, 1 << 20), (DType::F64, 1 << 20)] {
+    for (dtype, bytes) in
+        [(DType::F32, 1usize << 20), (DType::F32, 16 << 20), (DType::BF16, 1 << 20), (DType::F64, 1 << 20)]
+    {
         let mut acc = vec![0u64; bytes / 8];
         let next = vec![0x3f80_0000_3f80_0000u64; bytes / 8];
         g.throughput(Throughput::Bytes(bytes as u64));
