@@ -18,7 +18,6 @@ cargo test --workspace --doc
 # The verbs tooling is its own workspace until the verbs transport joins it to the root.
 if grep -q '^\[workspace\]' verbs/Cargo.toml 2>/dev/null; then
   echo "== verbs tooling (verbs-abi layout test, softverbs provider)"
-  cargo fmt --manifest-path verbs/Cargo.toml --all -- --check
   cargo clippy --manifest-path verbs/Cargo.toml --all-targets -- -D warnings
   cargo test --manifest-path verbs/Cargo.toml
 fi

@@ -290,6 +290,8 @@ impl Config {
             (MESH_MAX_BYTES.to_string(), self.mesh_max_bytes.to_string()),
             (TCP_STREAMS.to_string(), self.tcp_streams.to_string()),
             ("world size".to_string(), self.world_size.to_string()),
+            // The element-type numbering is wire format: a rank built with another is refused.
+            ("element types".to_string(), crate::dtype::DType::ALL.map(|d| d.name()).join(",")),
         ]
     }
 }

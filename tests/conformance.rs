@@ -88,6 +88,20 @@ fn tcp_processes_every_world_size_and_algorithm() {
             }
         }
     }
+    // Several connections per peer: pieces are striped across them, results unchanged.
+    for algo in [Algo::Auto, Algo::Ring] {
+        let env = [
+            ("BOLTCCL_ALGO", algo.name().to_string()),
+            ("BOLTCCL_CHUNK_BYTES", CHUNK.to_string()),
+            ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
+            ("BOLTCCL_TCP_STREAMS", "3".to_string()),
+        ];
+        let d = digests(&Ranks::spawn(4, "tcp_worker", &env).wait(Duration::from_secs(120)));
+        assert!(d.iter().all(|x| x == &d[0]), "4 ranks, 3 streams, {algo:?}: ranks differ: {d:?}");
+        if algo == Algo::Auto {
+            assert_eq!(per_world[&4], d[0], "3 streams per peer changed the results");
+        }
+    }
     // The in-process transport must give exactly the same bits as TCP.
     for n in [1, 3, 8] {
         let mem = format!("{:x}", run_in_process(n, Algo::Auto)[0]);

@@ -200,6 +200,22 @@ pub fn determinism(g: &Group, d: &mut Digest, rank_order_expected: bool) {
     }
 }
 
+/// Split into even and odd ranks (ordered by descending rank) and reduce within each half.
+pub fn split(g: &Group, d: &mut Digest) {
+    let (r, p) = (g.rank(), g.size());
+    let sub = g.split(Some((r % 2) as u32), -(r as i64)).unwrap().expect("every rank has a color");
+    let members: Vec<usize> = (0..p).rev().filter(|q| q % 2 == r % 2).collect();
+    assert_eq!(sub.size(), members.len());
+    assert_eq!(members[sub.rank()], r);
+    let mut x = vec![r as i32 + 1; 100];
+    sub.all_sum(&mut x).unwrap();
+    let want: i32 = members.iter().map(|&q| q as i32 + 1).sum();
+    assert!(x.iter().all(|&v| v == want), "split all_sum gave {} instead of {want}", x[0]);
+    let mut both = [0u8];
+    g.all_sum(&mut both).unwrap(); // the parent still works
+    d.add(&both);
+}
+
 /// The whole workload for one group. Returns the digest.
 pub fn suite(g: &Group, rank_order_expected: bool) -> u64 {
     let mut d = Digest::new();
@@ -216,6 +232,7 @@ pub fn suite(g: &Group, rank_order_expected: bool) -> u64 {
     suite_for::<u32>(g, &mut d);
     suite_for::<u64>(g, &mut d);
     determinism(g, &mut d, rank_order_expected);
+    split(g, &mut d);
     g.barrier().unwrap();
     assert_eq!(DType::ALL.len(), 12, "the suite covers every element type");
     d.value()
