@@ -19,6 +19,7 @@ cargo test --workspace --doc
 if grep -q '^\[workspace\]' verbs/Cargo.toml 2>/dev/null; then
   echo "== verbs tooling (verbs-abi layout test, softverbs provider)"
   cargo clippy --manifest-path verbs/Cargo.toml --all-targets -- -D warnings
+  cargo build --manifest-path verbs/Cargo.toml  # the C tests link the built libsoftverbs.so
   cargo test --manifest-path verbs/Cargo.toml
 fi
 
