@@ -156,7 +156,11 @@ fn finish(obj: &Bound<'_, PyAny>, raw: Box<RawBuffer>, dtype: Option<DType>, wha
     };
     view.dtype = match (dtype, from_format) {
         (None, Ok(d)) => d,
-        (None, Err(e)) => return Err(PyTypeError::new_err(format!("{e}: pass dtype=\"float32\", \"bfloat16\", ..."))),
+        (None, Err(e)) => {
+            return Err(PyTypeError::new_err(format!(
+                "{e}; if the memory holds one of those, say which with dtype=\"float32\", \"bfloat16\", ..."
+            )))
+        }
         (Some(d), _) if d.size() == itemsize => d,
         (Some(d), _) if itemsize == 1 && matches!(format.as_deref(), None | Some("B" | "b" | "c")) => {
             if view.len() % d.size() != 0 {
@@ -196,7 +200,7 @@ pub fn from_format(format: &str, itemsize: usize) -> Result<DType, String> {
                 "big-endian data (format {format:?}) is not supported; convert it to native byte order"
             ))
         }
-        _ => return Err(format!("unsupported buffer format {format:?}")),
+        _ => return Err(unsupported(format, itemsize)),
     };
     let int = |signed: bool| match (signed, itemsize) {
         (true, 1) => Some(DType::I8),
@@ -217,12 +221,14 @@ pub fn from_format(format: &str, itemsize: usize) -> Result<DType, String> {
         b'B' | b'H' | b'I' | b'L' | b'Q' | b'N' | b'c' => int(false),
         _ => None,
     };
-    d.ok_or_else(|| {
-        format!(
-            "unsupported element type (buffer format {format:?}, {itemsize}-byte items); boltccl reduces \
-             float16/32/64, bfloat16 and 8- to 64-bit integers"
-        )
-    })
+    d.ok_or_else(|| unsupported(format, itemsize))
+}
+
+fn unsupported(format: &str, itemsize: usize) -> String {
+    format!(
+        "unsupported element type (buffer format {format:?}, {itemsize}-byte items); boltccl reduces \
+         float16/32/64, bfloat16 and 8- to 64-bit integers"
+    )
 }
 
 /// Parse a `dtype=` argument: a name (`"bfloat16"`, `"f32"`), a numpy dtype or scalar type.
