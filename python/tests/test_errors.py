@@ -26,7 +26,13 @@ def test_lost_peer_is_peer_lost_error():
 
 
 def test_mismatched_calls_raise_error_with_kind():
-    res = results(run_ranks(2, "errors.py", "mismatch", timeout=60)[:1])[0]
-    first = res["first"]
-    assert first["type"] == "Error" and first["boltccl_error"], first
-    assert first["kind"] == "mismatch" and first["rank"] == 1, first
+    firsts = [r["first"] for r in results(run_ranks(2, "errors.py", "mismatch", timeout=60))]
+    # The rank that notices reports the mismatch; the other may instead hear that it aborted.
+    kinds = sorted(f["kind"] for f in firsts)
+    assert kinds in (["mismatch", "mismatch"], ["aborted", "mismatch"]), firsts
+    for f in firsts:
+        assert f["boltccl_error"], f
+        if f["kind"] == "mismatch":
+            assert f["type"] == "Error", f
+        else:
+            assert f["type"] == "PeerLostError" and "aborted" in f["msg"], f
