@@ -1,6 +1,6 @@
 //! all_sum benchmark from Rust, the baseline for `scripts/bench-bindings.sh` (which runs the
 //! same measurement from Python). Run as ranks; rank 0 prints one `BENCH {json}` line:
-//! `lat_us` (4-byte all_sum, best of 5 rounds of mean time per call) and `busbw_gbs` (64 MiB
+//! `lat_us` (4-byte all_sum, median time per call) and `busbw_gbs` (64 MiB
 //! float32, bus bandwidth = bytes / time * 2 (n-1) / n, best of 5 rounds) and `call_us` (4-byte
 //! all_sum on a one-rank group: the cost of the call itself, without the network, which is
 //! what a binding adds to; it is far less noisy than `lat_us` on a loaded machine).
@@ -16,15 +16,16 @@ fn main() -> Result<(), boltccl::Error> {
     for _ in 0..iters / 5 {
         g.all_sum(&mut small)?;
     }
-    let mut lat = f64::INFINITY;
-    for _ in 0..5 {
-        g.barrier()?;
+    // Median of per-call times: robust to the preemptions of a loaded machine.
+    let mut times = Vec::with_capacity(iters);
+    g.barrier()?;
+    for _ in 0..iters {
         let t = Instant::now();
-        for _ in 0..iters {
-            g.all_sum(&mut small)?;
-        }
-        lat = lat.min(t.elapsed().as_secs_f64() / iters as f64);
+        g.all_sum(&mut small)?;
+        times.push(t.elapsed().as_secs_f64());
     }
+    times.sort_by(f64::total_cmp);
+    let lat = times[iters / 2];
 
     let solo = boltccl::Group::new(boltccl::Config::default())?;
     let mut call = f64::INFINITY;

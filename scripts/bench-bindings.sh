@@ -32,7 +32,7 @@ call = best["python"]["call"] - best["rust"]["call"]
 ratio = best["python"]["bw"] / best["rust"]["bw"]
 print(f"best: rust {best['rust']['lat']:.2f} us / {best['rust']['bw']:.3f} GB/s; "
       f"python {best['python']['lat']:.2f} us / {best['python']['bw']:.3f} GB/s")
-print(f"python - rust 4 B all_sum, 2 ranks (best of each; noisy on a loaded machine): {extra:+.2f} us")
+print(f"python - rust 4 B all_sum, 2 ranks (best median of each; noisy on a loaded machine): {extra:+.2f} us")
 print(f"python - rust 4 B all_sum call cost (one-rank group, no network): {call:+.3f} us "
       f"(target <= 3 us): {'PASS' if call <= 3 else 'FAIL'}")
 print(f"python / rust bus bandwidth: {ratio:.1%} (target >= 95%): {'PASS' if ratio >= 0.95 else 'FAIL'}")

@@ -1,7 +1,7 @@
 """all_sum benchmark from Python, the same measurement as examples/allsum_bench.rs.
 
-Run as ranks; rank 0 prints one ``BENCH {json}`` line with ``lat_us`` (4-byte all_sum, best
-of 5 rounds of the mean time per call), ``call_us`` (the same on a one-rank group: the call
+Run as ranks; rank 0 prints one ``BENCH {json}`` line with ``lat_us`` (4-byte all_sum, median
+time per call), ``call_us`` (the same on a one-rank group: the call
 itself without the network) and ``busbw_gbs`` (64 MiB float32 numpy array).
 """
 
@@ -21,13 +21,16 @@ all_sum = g.all_sum
 small = np.ones(1, dtype=np.float32)
 for _ in range(iters // 5):
     all_sum(small)
-lat = float("inf")
-for _ in range(5):
-    g.barrier()
-    t = time.perf_counter()
-    for _ in range(iters):
-        all_sum(small)
-    lat = min(lat, (time.perf_counter() - t) / iters)
+# Median of per-call times: robust to the preemptions of a loaded machine.
+times = []
+clock = time.perf_counter
+g.barrier()
+for _ in range(iters):
+    t = clock()
+    all_sum(small)
+    times.append(clock() - t)
+times.sort()
+lat = times[iters // 2]
 
 solo = boltccl.init(rank=0, world_size=1)
 solo_sum = solo.all_sum
