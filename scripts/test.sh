@@ -5,7 +5,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$(date +%s)
 
 # System packages: rdma-core's verbs.h for the ABI layout test, iproute2 for namespace tests.
-bash scripts/deps.sh libibverbs-dev iproute2
+bash scripts/deps.sh libibverbs-dev iproute2 pkg-config
 
 echo "== format and lints"
 cargo fmt --all -- --check
@@ -22,6 +22,9 @@ if grep -q '^\[workspace\]' verbs/Cargo.toml 2>/dev/null; then
   cargo build --manifest-path verbs/Cargo.toml  # the C tests link the built libsoftverbs.so
   cargo test --manifest-path verbs/Cargo.toml
 fi
+
+echo "== C and Python bindings"
+CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" bash scripts/test-bindings.sh
 
 echo "== benches build"
 cargo bench --workspace --no-run
