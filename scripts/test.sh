@@ -12,6 +12,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 echo "== tests"
+cargo build --workspace  # the C tests link the built libboltccl.a
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 
