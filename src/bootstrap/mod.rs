@@ -18,6 +18,7 @@ pub mod auth;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::tcp::TcpTransport;
+use crate::transport::WaitPolicy;
 use crossbeam_channel::{unbounded, RecvTimeoutError};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -304,9 +305,9 @@ pub(crate) fn connect(cfg: &Config) -> Result<TcpTransport> {
     let me = &peers[rank].host;
     let local = cfg.local_world_size.unwrap_or_else(|| peers.iter().filter(|p| &p.host == me).count());
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let spin = cfg.spin.unwrap_or(if local <= cores { Duration::from_micros(50) } else { Duration::ZERO });
-    tracing::debug!(rank, local, cores, ?spin, "bootstrap: mesh connected");
-    TcpTransport::new(rank, size, links, control, spin).map_err(|e| Error::io(rank, "socket setup", e))
+    let wait = WaitPolicy::for_host(local, cores, cfg.spin);
+    tracing::debug!(rank, local, cores, ?wait, "bootstrap: mesh connected");
+    TcpTransport::new(rank, size, links, control, wait).map_err(|e| Error::io(rank, "socket setup", e))
 }
 
 /// Rank 0's side of step 3. Returns the job id, the table and the control connections.

@@ -86,6 +86,49 @@ pub trait Transport: Send {
     fn abort(&mut self, cause: &Error);
 }
 
+/// How a blocked exchange waits for progress: spin hard (lowest latency), then yield the CPU
+/// between checks (lets co-located ranks and the kernel's network work run), then sleep in
+/// the kernel. Hard spinning is only allowed when this host runs no more ranks than cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitPolicy {
+    /// Spin without yielding for this long after the last progress.
+    pub hard: Duration,
+    /// Keep checking, yielding between checks, until this long after the last progress.
+    pub soft: Duration,
+}
+
+/// What a waiting loop should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitStep {
+    /// Check again at once.
+    Spin,
+    /// Yield the CPU, then check again.
+    Yield,
+    /// Sleep until the transport has something to do.
+    Block,
+}
+
+impl WaitPolicy {
+    /// The policy for `local_ranks` ranks on a host with `cores` cores; `budget` is
+    /// `BOLTCCL_SPIN_US` when set.
+    pub fn for_host(local_ranks: usize, cores: usize, budget: Option<Duration>) -> WaitPolicy {
+        let soft = budget.unwrap_or(Duration::from_micros(50));
+        let hard = if local_ranks <= cores { soft / 4 } else { Duration::ZERO };
+        WaitPolicy { hard, soft }
+    }
+
+    /// The next step after `idle` without progress.
+    pub fn step(&self, idle: Duration) -> WaitStep {
+        if idle < self.hard {
+            WaitStep::Spin
+        } else if idle < self.soft {
+            WaitStep::Yield
+        } else {
+            WaitStep::Block
+        }
+    }
+}
+
 /// The abort frame's view of an error: who is to blame, whether that rank is gone, and why.
 pub(crate) fn abort_fields(me: usize, cause: &Error) -> (usize, bool, String) {
     match cause {
@@ -93,5 +136,24 @@ pub(crate) fn abort_fields(me: usize, cause: &Error) -> (usize, bool, String) {
         Error::Aborted { rank, reason } => (*rank, false, reason.clone()),
         Error::Poisoned(inner) => abort_fields(me, inner),
         other => (me, false, other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_spins_hard_when_ranks_outnumber_cores() {
+        let us = Duration::from_micros;
+        let p = WaitPolicy::for_host(2, 2, None);
+        assert_eq!((p.step(us(1)), p.step(us(20)), p.step(us(60))), (WaitStep::Spin, WaitStep::Yield, WaitStep::Block));
+        let p = WaitPolicy::for_host(4, 2, None);
+        assert_eq!(
+            (p.step(us(0)), p.step(us(20)), p.step(us(60))),
+            (WaitStep::Yield, WaitStep::Yield, WaitStep::Block)
+        );
+        let p = WaitPolicy::for_host(1, 8, Some(Duration::ZERO));
+        assert_eq!(p.step(us(0)), WaitStep::Block);
     }
 }

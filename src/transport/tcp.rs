@@ -10,7 +10,7 @@
 //! also keeps its bootstrap connection to rank 0 as a control channel; rank 0 relays aborts
 //! and notices dead ranks, so ranks that were not talking to a failed rank learn of it too.
 
-use super::{abort_fields, Limits, OnRecv, RecvOp, SendOp, Transport};
+use super::{abort_fields, Limits, OnRecv, RecvOp, SendOp, Transport, WaitPolicy, WaitStep};
 use crate::error::Error;
 use crate::wire::{self, Header, Kind, HEADER_LEN, MAX_REASON};
 use rustix::event::{poll, PollFd, PollFlags};
@@ -61,7 +61,7 @@ pub struct TcpTransport {
     links: Vec<Vec<TcpStream>>,
     /// Rank 0: one per other rank. Others: only `control[0]`.
     control: Vec<Option<Control>>,
-    spin: Duration,
+    wait: WaitPolicy,
     sq: Vec<Queue>,
     rq: Vec<Queue>,
     aborted: bool,
@@ -85,7 +85,7 @@ impl TcpTransport {
         size: usize,
         links: Vec<Vec<TcpStream>>,
         control: Vec<Option<TcpStream>>,
-        spin: Duration,
+        wait: WaitPolicy,
     ) -> io::Result<TcpTransport> {
         let streams = links.iter().map(|l| l.len()).max().unwrap_or(1).max(1);
         for s in links.iter().flatten() {
@@ -104,7 +104,7 @@ impl TcpTransport {
             })
             .collect::<io::Result<Vec<_>>>()?;
         let queues = || (0..size * streams).map(|_| Queue::default()).collect::<Vec<_>>();
-        Ok(TcpTransport { rank, size, streams, links, control, spin, sq: queues(), rq: queues(), aborted: false })
+        Ok(TcpTransport { rank, size, streams, links, control, wait, sq: queues(), rq: queues(), aborted: false })
     }
 
     fn queue_of(&self, peer: usize, part: u32) -> usize {
@@ -317,7 +317,7 @@ impl TcpTransport {
         err
     }
 
-    fn wait(&mut self, until: Instant) -> Result<(), Error> {
+    fn sleep_until_ready(&mut self, until: Instant) -> Result<(), Error> {
         let now = Instant::now();
         let ms = (until.saturating_duration_since(now).as_millis() as i32).clamp(1, 1000);
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(self.sq.len() + self.rq.len() + self.control.len());
@@ -384,23 +384,25 @@ impl TcpTransport {
                 last_progress = now;
                 continue;
             }
-            let idle = now.duration_since(last_progress);
-            if idle < self.spin {
-                // Spin hard briefly, then yield: on loopback the kernel may hand delivery to
-                // ksoftirqd, which a hard spinner would starve until it sleeps.
-                if idle < self.spin / 4 {
+            // On loopback the kernel may hand delivery to ksoftirqd, which a hard spinner
+            // would starve until it sleeps: hence the yielding phase.
+            match self.wait.step(now.duration_since(last_progress)) {
+                WaitStep::Spin => {
                     std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
+                    continue;
                 }
-                continue;
+                WaitStep::Yield => {
+                    std::thread::yield_now();
+                    continue;
+                }
+                WaitStep::Block => {}
             }
             let deadline = last_progress + limits.timeout;
             if now >= deadline {
                 return Err(Error::Timeout { op: limits.op.into(), rank: self.blocked_on(), after: limits.timeout });
             }
             let wake = if limits.interrupt.is_some() { deadline.min(now + super::INTERRUPT_EVERY) } else { deadline };
-            self.wait(wake)?;
+            self.sleep_until_ready(wake)?;
             if let Some(e) = self.check_control() {
                 return Err(e);
             }
