@@ -27,8 +27,18 @@ fn main() -> boltccl::Result<()> {
     }
     sums.sort_by(f64::total_cmp);
     if g.rank() == 0 {
-        println!("send/recv round trip: median {:.1} us, p10 {:.1}, p90 {:.1}", lat[iters / 2], lat[iters / 10], lat[iters * 9 / 10]);
-        println!("all_sum 4 B: median {:.1} us, p10 {:.1}, p90 {:.1}", sums[iters / 2], sums[iters / 10], sums[iters * 9 / 10]);
+        println!(
+            "send/recv round trip: median {:.1} us, p10 {:.1}, p90 {:.1}",
+            lat[iters / 2],
+            lat[iters / 10],
+            lat[iters * 9 / 10]
+        );
+        println!(
+            "all_sum 4 B: median {:.1} us, p10 {:.1}, p90 {:.1}",
+            sums[iters / 2],
+            sums[iters / 10],
+            sums[iters * 9 / 10]
+        );
     }
     Ok(())
 }

@@ -16,39 +16,22 @@ const PHASE_REDUCE: u32 = 1;
 const PHASE_GATHER: u32 = 2;
 const PHASE_SCATTER: u32 = 3;
 
-/// Where the data of a reduction lives.
-pub(crate) enum Space<'a> {
-    /// `input` covers every shard; `output` receives this rank's shard.
-    Split { input: &'a [u8], output: &'a mut [u8] },
-    /// `buf` covers every shard (consecutive ranges) and this rank's shard is reduced in place.
-    InPlace { buf: &'a mut [u8] },
-}
-
-/// Every rank sends its contribution to `shards[q]` (byte ranges of the input) to rank q;
-/// this rank folds all contributions to its own shard in rank order.
+/// Every rank sends its contribution to `shards[q]` (byte ranges of `input`) to rank q; this
+/// rank folds all contributions to its own shard, in rank order, into `output`.
 pub(crate) fn reduce_to_owner(
     ctx: &mut Ctx<'_>,
     op: ReduceOp,
     dtype: DType,
     shards: &[Range<usize>],
-    space: Space<'_>,
+    input: &[u8],
+    output: &mut [u8],
 ) -> Result<()> {
     let (p, me, chunk) = (ctx.size(), ctx.me, ctx.chunk);
     let others = p - 1;
-    let (sources, local, out): (Vec<&[u8]>, Option<&[u8]>, &mut [u8]) = match space {
-        Space::Split { input, output } => {
-            (shards.iter().map(|r| &input[r.clone()]).collect(), Some(&input[shards[me].clone()]), output)
-        }
-        Space::InPlace { buf } => {
-            let mut regions = split_ranges(buf, shards);
-            let mine = std::mem::take(&mut regions[me]);
-            (regions.into_iter().map(|r| &*r).collect(), None, mine)
-        }
-    };
+    let sources: Vec<&[u8]> = shards.iter().map(|r| &input[r.clone()]).collect();
+    let (local, out) = (sources[me], output);
     if others == 0 {
-        if let Some(l) = local {
-            out.copy_from_slice(l);
-        }
+        out.copy_from_slice(local);
         return Ok(());
     }
     let npieces: Vec<usize> = shards.iter().map(|r| piece_count(r.len(), chunk)).collect();
@@ -93,7 +76,7 @@ pub(crate) fn reduce_to_owner(
                     if let Some(out) = out_pieces.get_mut(first + k) {
                         let r = &mine[k];
                         let slot = |q: usize| -> &[u8] { &*recvs[k * others + if q < me { q } else { q - 1 }].buf };
-                        fold_rank_order(op, dtype, out, me, p, local.map(|l| &l[r.clone()]), slot, tmp);
+                        fold_rank_order(op, dtype, out, me, p, Some(&local[r.clone()]), slot, tmp);
                     }
                 }
                 Ok(())
@@ -147,7 +130,28 @@ pub(crate) fn all_gather_ranges(ctx: &mut Ctx<'_>, shards: &[Range<usize>], buf:
 /// numbering limits it).
 const MAX_BATCH_GATHER: usize = 1024;
 
-/// All-reduce by reduce-scatter + all-gather. `input` is `None` when `buf` holds the input.
+/// Cut a region into chunk pieces; an empty region is one empty piece (as [`pieces`] plans).
+fn cut<T: AsRef<[u8]> + ?Sized>(r: &T, chunk: usize) -> Vec<&[u8]> {
+    let r = r.as_ref();
+    if r.is_empty() {
+        vec![r]
+    } else {
+        r.chunks(chunk).collect()
+    }
+}
+
+fn cut_mut(r: &mut [u8], chunk: usize) -> Vec<&mut [u8]> {
+    if r.is_empty() {
+        vec![r]
+    } else {
+        r.chunks_mut(chunk).collect()
+    }
+}
+
+/// All-reduce by reduce-scatter + all-gather, overlapped: exchange `b` carries batch `b` of
+/// the reduce-scatter and batch `b - 1` of the all-gather (pieces reduced during exchange
+/// `b - 1`), so neither phase leaves the links idle while the other drains. `input` is `None`
+/// when `buf` holds the input.
 pub(crate) fn all_reduce(
     ctx: &mut Ctx<'_>,
     op: ReduceOp,
@@ -155,17 +159,99 @@ pub(crate) fn all_reduce(
     input: Option<&[u8]>,
     buf: &mut [u8],
 ) -> Result<()> {
-    let e = dtype.size();
-    let shards: Vec<Range<usize>> = partition(buf.len() / e, ctx.size()).iter().map(|r| bytes(r, e)).collect();
-    let me = ctx.me;
-    match input {
-        Some(input) => {
-            let output = &mut buf[shards[me].clone()];
-            reduce_to_owner(ctx, op, dtype, &shards, Space::Split { input, output })?;
+    let (p, me, chunk, e) = (ctx.size(), ctx.me, ctx.chunk, dtype.size());
+    let others = p - 1;
+    let shards: Vec<Range<usize>> = partition(buf.len() / e, p).iter().map(|r| bytes(r, e)).collect();
+    let inputs: Option<Vec<Vec<&[u8]>>> = input.map(|i| shards.iter().map(|r| cut(&i[r.clone()], chunk)).collect());
+    let mut pieces: Vec<Vec<&mut [u8]>> = split_ranges(buf, &shards).into_iter().map(|r| cut_mut(r, chunk)).collect();
+    let batch = ctx.batch(others);
+    let batches = pieces.iter().map(Vec::len).max().unwrap_or(1).div_ceil(batch);
+    let mut scratch = std::mem::take(ctx.scratch);
+    let result = (|| {
+        let area = bytes_of(&mut scratch, batch * others * chunk + chunk);
+        let (slot_area, tmp) = area.split_at_mut(batch * others * chunk);
+        for b in 0..=batches {
+            // Pieces before `b * batch` are reduced (all-gather side), the rest are not yet.
+            let (mut my_done, mut my_rest): (&[&mut [u8]], &mut [&mut [u8]]) = (&[], &mut []);
+            let (mut peer_done, mut peer_rest) = (Vec::with_capacity(others), Vec::with_capacity(others));
+            for (q, v) in pieces.iter_mut().enumerate() {
+                let at = (b * batch).min(v.len());
+                let (done, rest) = v.split_at_mut(at);
+                if q == me {
+                    (my_done, my_rest) = (done, rest);
+                } else {
+                    peer_done.push((q, done));
+                    peer_rest.push((q, &*rest));
+                }
+            }
+            let gather = b.checked_sub(1).map(|g| g * batch);
+            let mut sends = Vec::new();
+            for &(q, rest) in &peer_rest {
+                for k in 0..rest.len().min(batch) {
+                    let data: &[u8] = match &inputs {
+                        Some(i) => i[q][b * batch + k],
+                        None => &*rest[k],
+                    };
+                    sends.push(SendOp { peer: ctx.peer(q), header: ctx.hdr(PHASE_REDUCE, b, k, data.len()), data });
+                }
+                if let Some(g) = gather {
+                    for (k, piece) in my_done.iter().enumerate().skip(g) {
+                        sends.push(SendOp {
+                            peer: ctx.peer(q),
+                            header: ctx.hdr(PHASE_GATHER, b - 1, k - g, piece.len()),
+                            data: &piece[..],
+                        });
+                    }
+                }
+            }
+            // Receives: this batch of contributions to my shard (slot k * others + qi), then
+            // the previous batch of every peer's reduced shard, straight into place.
+            let mine: Vec<usize> = my_rest.iter().take(batch).map(|piece| piece.len()).collect();
+            let mut recvs = Vec::new();
+            let mut slots = slot_area.chunks_mut(chunk);
+            for (k, &len) in mine.iter().enumerate() {
+                for &(q, _) in &peer_rest {
+                    let slot = slots.next().expect("batch fits the slot area");
+                    recvs.push(RecvOp {
+                        peer: ctx.peer(q),
+                        expect: ctx.hdr(PHASE_REDUCE, b, k, len),
+                        buf: &mut slot[..len],
+                    });
+                }
+            }
+            let reduce_recvs = recvs.len();
+            if let Some(g) = gather {
+                for (q, done) in peer_done.iter_mut() {
+                    for (k, piece) in done.iter_mut().enumerate().skip(g) {
+                        let len = piece.len();
+                        recvs.push(RecvOp {
+                            peer: ctx.peer(*q),
+                            expect: ctx.hdr(PHASE_GATHER, b - 1, k - g, len),
+                            buf: &mut piece[..],
+                        });
+                    }
+                }
+            }
+            let mut arrived = vec![0usize; mine.len()];
+            let mut on_recv = |recvs: &[RecvOp<'_>], i: usize| {
+                if i >= reduce_recvs {
+                    return Ok(());
+                }
+                let k = i / others;
+                arrived[k] += 1;
+                if arrived[k] == others {
+                    let local = inputs.as_ref().map(|inp| inp[me][b * batch + k]);
+                    let slot = |q: usize| -> &[u8] { recvs[k * others + if q < me { q } else { q - 1 }].buf };
+                    fold_rank_order(op, dtype, my_rest[k], me, p, local, slot, tmp);
+                }
+                Ok(())
+            };
+            ctx.exchange(&sends, &mut recvs, &mut on_recv)?;
         }
-        None => reduce_to_owner(ctx, op, dtype, &shards, Space::InPlace { buf })?,
-    }
-    all_gather_ranges(ctx, &shards, buf, PHASE_GATHER)
+        Ok(())
+    })();
+    *ctx.scratch = scratch;
+    result
 }
 
 /// Reduce-scatter: `input` holds P blocks of `output.len()` bytes; rank q gets block q reduced.
@@ -178,7 +264,7 @@ pub(crate) fn reduce_scatter(
 ) -> Result<()> {
     let m = output.len();
     let shards: Vec<Range<usize>> = (0..ctx.size()).map(|q| q * m..(q + 1) * m).collect();
-    reduce_to_owner(ctx, op, dtype, &shards, Space::Split { input, output })
+    reduce_to_owner(ctx, op, dtype, &shards, input, output)
 }
 
 /// All-gather: `output` is P blocks of `input.len()` bytes; block q comes from rank q.

@@ -2,7 +2,7 @@
 //! rank order. P-1 times the traffic of the direct algorithm, but one round trip: the right
 //! choice for the small all_sums of tensor-parallel decode.
 
-use super::direct::{reduce_to_owner, Space};
+use super::direct::reduce_to_owner;
 use super::{bytes_of, Ctx};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
@@ -18,13 +18,13 @@ pub(crate) fn all_reduce(
 ) -> Result<()> {
     let shards = vec![0..buf.len(); ctx.size()];
     match input {
-        Some(input) => reduce_to_owner(ctx, op, dtype, &shards, Space::Split { input, output: buf }),
+        Some(input) => reduce_to_owner(ctx, op, dtype, &shards, input, buf),
         None => {
             // Every peer reads the whole buffer while this rank writes it: reduce from a copy.
             let mut stage = std::mem::take(ctx.stage);
             let copy = bytes_of(&mut stage, buf.len());
             copy.copy_from_slice(buf);
-            let r = reduce_to_owner(ctx, op, dtype, &shards, Space::Split { input: copy, output: buf });
+            let r = reduce_to_owner(ctx, op, dtype, &shards, copy, buf);
             *ctx.stage = stage;
             r
         }
