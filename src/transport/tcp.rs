@@ -215,7 +215,7 @@ impl TcpTransport {
     }
 
     /// Read whatever arrived on the control channels. Returns the error it announces, if any.
-    fn check_control(&mut self) -> Option<Error> {
+    pub(crate) fn check_control(&mut self) -> Option<Error> {
         let mut found = None;
         for peer in 0..self.control.len() {
             let Some(c) = self.control[peer].as_mut().filter(|c| !c.departed) else {
@@ -303,7 +303,7 @@ impl TcpTransport {
     }
 
     /// A data link closed: give the control channel a moment to say why.
-    fn explain(&mut self, err: Error) -> Error {
+    pub(crate) fn explain(&mut self, err: Error) -> Error {
         let until = Instant::now() + EXPLAIN_WAIT;
         while Instant::now() < until {
             if let Some(e @ Error::Aborted { .. }) = self.check_control() {

@@ -1,0 +1,448 @@
+//! RDMA verbs transport: a full mesh of UC queue pairs, one per peer.
+//!
+//! Set-up rides on the TCP bootstrap: the TCP mesh forms first (authenticated, settings
+//! agreed), then each rank opens its devices, creates one UC queue pair per peer, and the
+//! endpoints (GID, QP number, PSN, MTU, staging shape) are exchanged over TCP. Once every QP is
+//! ready to receive with its receives posted, a second TCP round says so — UC drops what
+//! arrives before a receive is posted. The TCP connections to rank 0 stay open as the control
+//! channel: aborts and dead peers are reported within moments, whatever the RDMA side does.
+//!
+//! The data path is in [`link`] (credits, sequence numbers, staging); objects in [`ffi`].
+
+pub mod errors;
+pub mod ffi;
+pub mod link;
+pub mod loader;
+pub mod topology;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::transport::tcp::TcpTransport;
+use crate::transport::{Limits, OnRecv, RecvOp, SendOp, Transport};
+use crate::wire::{Coll, Header, HEADER_LEN};
+use errors::Verb;
+use ffi::Context;
+use link::{Link, Shape, LINK_HDR};
+use loader::Verbs;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use topology::DeviceMatrix;
+use verbs_abi::*;
+
+/// Apple's largest message; rdma-core devices allow more, but one size keeps peers agreed.
+pub const MAX_MESSAGE: usize = 16_773_120;
+/// The port boltccl uses on every device (Thunderbolt RDMA devices have one).
+const PORT: u8 = 1;
+/// How often the progress loop reads the TCP control channel.
+const CONTROL_CHECK: Duration = Duration::from_millis(20);
+/// Sleep between polls once the spin budget is spent (no completion channel on Apple).
+const NAP: Duration = Duration::from_micros(100);
+
+/// Everything a peer needs to connect to one of our queue pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Endpoint {
+    gid: [u8; 16],
+    qpn: u32,
+    psn: u32,
+    mtu: u32,
+    lid: u16,
+    recv_depth: u32,
+    slot: u32,
+    /// Non-zero when set-up failed on that rank (it also aborts over TCP).
+    failed: u32,
+}
+
+const ENDPOINT_LEN: usize = 48;
+const ENDPOINT_MAGIC: u32 = 0xB01C_EB5E;
+
+impl Endpoint {
+    fn encode(&self) -> [u8; ENDPOINT_LEN] {
+        let mut b = [0u8; ENDPOINT_LEN];
+        b[0..4].copy_from_slice(&ENDPOINT_MAGIC.to_le_bytes());
+        b[4..20].copy_from_slice(&self.gid);
+        b[20..24].copy_from_slice(&self.qpn.to_le_bytes());
+        b[24..28].copy_from_slice(&self.psn.to_le_bytes());
+        b[28..32].copy_from_slice(&self.mtu.to_le_bytes());
+        b[32..34].copy_from_slice(&self.lid.to_le_bytes());
+        b[36..40].copy_from_slice(&self.recv_depth.to_le_bytes());
+        b[40..44].copy_from_slice(&self.slot.to_le_bytes());
+        b[44..48].copy_from_slice(&self.failed.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Endpoint> {
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        (b.len() == ENDPOINT_LEN && u32_at(0) == ENDPOINT_MAGIC).then(|| Endpoint {
+            gid: b[4..20].try_into().expect("16 bytes"),
+            qpn: u32_at(20),
+            psn: u32_at(24),
+            mtu: u32_at(28),
+            lid: u16::from_le_bytes([b[32], b[33]]),
+            recv_depth: u32_at(36),
+            slot: u32_at(40),
+            failed: u32_at(44),
+        })
+    }
+}
+
+/// The IPv4-mapped GIDs of `ctx`'s port, in table order, and the port's attributes.
+pub fn ipv4_gids(ctx: &Context) -> Result<(ibv_port_attr, Vec<(i32, ibv_gid)>)> {
+    let port = ctx.query_port(PORT)?;
+    let mut found = Vec::new();
+    for i in 0..port.gid_tbl_len.clamp(0, 256) {
+        // Some entries of a sparse table fail to read; only the mapped ones matter.
+        if let Ok(g) = ctx.query_gid(PORT, i) {
+            if g.ipv4_mapped().is_some() {
+                found.push((i, g));
+            }
+        }
+    }
+    Ok((port, found))
+}
+
+/// A link before its peer's endpoint is known.
+struct Pending {
+    link: Link,
+    gids: Vec<(i32, ibv_gid)>,
+    mtu: ibv_mtu,
+    lid: u16,
+    psn: u32,
+}
+
+fn random_psn() -> u32 {
+    let mut b = [0u8; 4];
+    getrandom::getrandom(&mut b).expect("the OS random source works");
+    u32::from_le_bytes(b) & 0x00ff_ffff
+}
+
+/// Open the device toward `peer`, create the PD, CQ, UC QP and staging, move the QP to INIT.
+fn open_link(verbs: &Arc<Verbs>, device: &str, peer: usize, shape: Shape) -> Result<Pending> {
+    let ctx = Context::open(verbs, device)?;
+    let (port, gids) = ipv4_gids(&ctx)?;
+    if port.state != IBV_PORT_ACTIVE {
+        return Err(Error::Verbs {
+            device: device.into(),
+            what: format!(
+                "port {PORT} is not active (state {}): the cable to rank {peer} is unplugged or the link is down; \
+                 check it with `boltccl doctor`",
+                port.state
+            ),
+        });
+    }
+    if gids.is_empty() {
+        return Err(Error::Verbs {
+            device: device.into(),
+            what: "no IPv4-mapped GID: the interface has no IPv4 address. Assign one (a link-local address is \
+                   enough, e.g. `sudo ifconfig <iface> inet 169.254.0.1 netmask 255.255.0.0 alias` on a Mac) and \
+                   check that the Thunderbolt Bridge is disabled"
+                .into(),
+        });
+    }
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq((shape.send_depth + shape.recv_depth + 4) as i32)?;
+    let qp = pd.create_uc_qp(&cq, shape.send_depth as u32, shape.recv_depth as u32).map_err(|e| at_peer(e, peer))?;
+    let mut attr = ibv_qp_attr {
+        qp_state: IBV_QPS_INIT,
+        pkey_index: 0,
+        port_num: PORT,
+        qp_access_flags: IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+        ..Default::default()
+    };
+    qp.modify(&mut attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, Verb::ToInit, peer)?;
+    let link = Link::new(peer, ctx, pd, cq, qp, shape)?;
+    Ok(Pending { link, gids, mtu: port.active_mtu, lid: port.lid, psn: random_psn() })
+}
+
+fn at_peer(e: Error, peer: usize) -> Error {
+    match e {
+        Error::Verbs { device, what } => Error::Verbs { device, what: format!("{what} (link to rank {peer})") },
+        other => other,
+    }
+}
+
+/// RTR then RTS against the peer's endpoint, trying our IPv4-mapped GIDs in order while the
+/// provider rejects the address vector (errno 22).
+fn bring_up(p: &mut Pending, peer: &Endpoint) -> Result<()> {
+    let qp = &p.link.qp;
+    let mtu = p.mtu.min(peer.mtu);
+    let mut last = None;
+    for &(index, _) in &p.gids {
+        let mut attr = ibv_qp_attr {
+            qp_state: IBV_QPS_RTR,
+            path_mtu: mtu,
+            dest_qp_num: peer.qpn,
+            rq_psn: peer.psn,
+            ah_attr: ibv_ah_attr {
+                grh: ibv_global_route {
+                    dgid: ibv_gid { raw: peer.gid },
+                    sgid_index: index as u8,
+                    hop_limit: 1,
+                    ..Default::default()
+                },
+                dlid: peer.lid,
+                is_global: 1,
+                port_num: PORT,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+        match qp.modify(&mut attr, mask, Verb::ToRtr, p.link.peer) {
+            Ok(()) => {
+                tracing::debug!(peer = p.link.peer, gid_index = index, "queue pair ready to receive");
+                last = None;
+                break;
+            }
+            Err(e) => {
+                tracing::debug!(peer = p.link.peer, gid_index = index, "RTR failed: {e}");
+                last = Some(e);
+            }
+        }
+    }
+    if let Some(e) = last {
+        return Err(e);
+    }
+    let mut attr = ibv_qp_attr { qp_state: IBV_QPS_RTS, sq_psn: p.psn, ..Default::default() };
+    qp.modify(&mut attr, IBV_QP_STATE | IBV_QP_SQ_PSN, Verb::ToRts, p.link.peer)
+}
+
+/// One rank's end of a verbs mesh.
+pub struct VerbsTransport {
+    rank: usize,
+    size: usize,
+    /// `links[peer]`; `None` for this rank.
+    links: Vec<Option<Link>>,
+    /// Bootstrap mesh, kept for the control channel (aborts, dead peers).
+    tcp: TcpTransport,
+    spin: Duration,
+    aborted: bool,
+}
+
+/// A TCP round with every peer: send `mine(peer)`, receive `len` bytes from each.
+fn tcp_round(
+    tcp: &mut TcpTransport,
+    peers: &[usize],
+    seq: u32,
+    len: usize,
+    mine: impl Fn(usize) -> Vec<u8>,
+    timeout: Duration,
+) -> Result<Vec<Vec<u8>>> {
+    let h = Header::data(Coll::Barrier, u32::MAX, seq, crate::DType::U8, crate::ReduceOp::Sum, len as u64, 0)
+        .piece(0, len);
+    let payloads: Vec<Vec<u8>> = peers.iter().map(|&p| mine(p)).collect();
+    let sends: Vec<SendOp<'_>> =
+        peers.iter().zip(&payloads).map(|(&peer, d)| SendOp { peer, header: h, data: d }).collect();
+    let mut bufs: Vec<Vec<u8>> = peers.iter().map(|_| vec![0u8; len]).collect();
+    let mut recvs: Vec<RecvOp<'_>> =
+        peers.iter().zip(bufs.iter_mut()).map(|(&peer, b)| RecvOp { peer, expect: h, buf: b }).collect();
+    let limits = Limits { timeout, op: "RDMA set-up", interrupt: None };
+    tcp.exchange(&sends, &mut recvs, &mut |_, _| Ok(()), &limits)?;
+    drop(recvs);
+    Ok(bufs)
+}
+
+/// Form a verbs mesh as `cfg` describes (the device matrix is required).
+pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
+    let verbs = Verbs::load(cfg.ibv_library.as_deref())?;
+    let path = cfg.ibv_devices.as_deref().ok_or_else(|| {
+        Error::Config(
+            "the verbs backend needs the device matrix: set BOLTCCL_IBV_DEVICES (or MLX_IBV_DEVICES) to its \
+             JSON file (`boltccl doctor --hosts ...` writes one)"
+                .into(),
+        )
+    })?;
+    let matrix = DeviceMatrix::load(path, cfg.world_size)?;
+    let missing = matrix.uncabled(cfg.rank);
+    if !missing.is_empty() {
+        return Err(Error::Unsupported(format!(
+            "rank {} has no RDMA device toward rank(s) {missing:?} in {}; this build needs a full mesh of cables \
+             for the verbs backend (use BOLTCCL_BACKEND=auto to fall back to TCP)",
+            cfg.rank,
+            path.display()
+        )));
+    }
+    let (rank, size) = (cfg.rank, cfg.world_size);
+    let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes).min(MAX_MESSAGE);
+    let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
+    let peers: Vec<usize> = (0..size).filter(|&p| p != rank).collect();
+
+    let mut tcp = crate::bootstrap::connect(cfg)?;
+    let fail = |tcp: &mut TcpTransport, e: Error| -> Error {
+        tcp.abort(&e);
+        e
+    };
+    // Local set-up. On error every object made so far is dropped (released) here.
+    let mut pending: Vec<Option<Pending>> = (0..size).map(|_| None).collect();
+    let mut local_err = None;
+    for &p in &peers {
+        // Several cables per pair: this version uses the first listed.
+        match open_link(&verbs, &matrix.cells[rank][p][0], p, shape) {
+            Ok(l) => pending[p] = Some(l),
+            Err(e) => {
+                local_err = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(e) = local_err {
+        drop(pending);
+        return Err(fail(&mut tcp, e));
+    }
+    let timeout = cfg.init_timeout;
+    let mine = |p: usize| {
+        let l = pending[p].as_ref().expect("every peer has a link");
+        Endpoint {
+            gid: l.gids[0].1.bytes(),
+            qpn: l.link.qp.qp_num(),
+            psn: l.psn,
+            mtu: l.mtu,
+            lid: l.lid,
+            recv_depth: shape.recv_depth as u32,
+            slot: shape.slot as u32,
+            failed: 0,
+        }
+        .encode()
+        .to_vec()
+    };
+    let theirs = tcp_round(&mut tcp, &peers, 0, ENDPOINT_LEN, mine, timeout)?;
+    let mut up = Vec::with_capacity(peers.len());
+    for (&p, blob) in peers.iter().zip(&theirs) {
+        let ep = Endpoint::decode(blob)
+            .ok_or_else(|| Error::Protocol { from: format!("rank {p}"), detail: "malformed RDMA endpoint".into() });
+        let r = ep.and_then(|ep| {
+            if ep.slot as usize != shape.slot {
+                return Err(Error::Mismatch {
+                    rank: p,
+                    what: format!("RDMA packet size {} here, {} there: set the same BOLTCCL_CHUNK_BYTES", shape.slot, ep.slot),
+                });
+            }
+            let pl = pending[p].as_mut().expect("link");
+            bring_up(pl, &ep)?;
+            pl.link.post_all_receives(ep.recv_depth as usize)?;
+            Ok(())
+        });
+        if let Err(e) = r {
+            return Err(fail(&mut tcp, e));
+        }
+        up.push(p);
+    }
+    // Every receive is posted on this rank; wait until the same holds everywhere.
+    tcp_round(&mut tcp, &peers, 1, 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
+    let links = pending.into_iter().map(|p| p.map(|p| p.link)).collect();
+    let spin = cfg.spin.unwrap_or(Duration::from_micros(50));
+    tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
+    Ok(VerbsTransport { rank, size, links, tcp, spin, aborted: false })
+}
+
+impl VerbsTransport {
+    fn link(&mut self, peer: usize) -> Result<&mut Link> {
+        self.links
+            .get_mut(peer)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| Error::Internal(format!("no RDMA link to rank {peer}")))
+    }
+
+    fn run(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        limits: &Limits,
+    ) -> Result<()> {
+        for l in self.links.iter_mut().flatten() {
+            l.begin();
+        }
+        for (i, s) in sends.iter().enumerate() {
+            self.link(s.peer)?.add_send(i);
+        }
+        for (i, r) in recvs.iter().enumerate() {
+            self.link(r.peer)?.add_recv(i);
+        }
+        let mut last_progress = Instant::now();
+        let mut last_control = last_progress;
+        loop {
+            let mut moved = false;
+            let mut busy = false;
+            for l in self.links.iter_mut().flatten() {
+                moved |= l.pump_sends(sends)?;
+                moved |= l.poll()?;
+                moved |= l.deliver(recvs, on_recv)?;
+                moved |= l.maybe_return_credits()?;
+                busy |= !l.done();
+            }
+            if !busy {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now.duration_since(last_control) >= CONTROL_CHECK {
+                last_control = now;
+                if let Some(e) = self.tcp.check_control() {
+                    return Err(e);
+                }
+                limits.interrupted()?;
+            }
+            if moved {
+                last_progress = now;
+                continue;
+            }
+            if now.duration_since(last_progress) < self.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            if now >= last_progress + limits.timeout {
+                let rank = self.links.iter().flatten().find(|l| l.waiting()).map(|l| l.peer).unwrap_or(self.rank);
+                return Err(Error::Timeout { op: limits.op.into(), rank, after: limits.timeout });
+            }
+            std::thread::sleep(NAP);
+        }
+    }
+}
+
+impl Transport for VerbsTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn exchange(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        limits: &Limits,
+    ) -> Result<()> {
+        if self.aborted {
+            return Err(Error::Internal("exchange on an aborted transport".into()));
+        }
+        match self.run(sends, recvs, on_recv, limits) {
+            // A peer's failure shows up on RDMA as silence or flushed work; the control
+            // channel usually knows the real cause.
+            Err(e @ (Error::Timeout { .. } | Error::Verbs { .. })) => Err(self.tcp.explain(e)),
+            other => other,
+        }
+    }
+
+    fn abort(&mut self, cause: &Error) {
+        if self.aborted {
+            return;
+        }
+        self.aborted = true;
+        self.tcp.abort(cause);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_round_trips_and_rejects_garbage() {
+        let e = Endpoint { gid: [7; 16], qpn: 9, psn: 0xabcdef, mtu: 5, lid: 3, recv_depth: 16, slot: 104, failed: 0 };
+        assert_eq!(Endpoint::decode(&e.encode()), Some(e));
+        assert_eq!(Endpoint::decode(&[0u8; ENDPOINT_LEN]), None);
+        assert_eq!(Endpoint::decode(&e.encode()[..40]), None);
+    }
+}
