@@ -1,0 +1,296 @@
+//! The verbs transport over softverbs (the software UC provider, a test double with Apple's
+//! limits), ranks as separate processes unless a test says otherwise.
+//!
+//! softverbs is built as a dev-dependency; its cdylib is loaded through BOLTCCL_IBV_LIBRARY
+//! exactly as `libibverbs.so.1` or `librdma.dylib` would be.
+
+mod common;
+
+use boltccl::{Algo, Backend, Config, Error, Group};
+use common::{free_port, is_worker, suite, RankOutput, Ranks};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// `target/<profile>/deps/libsoftverbs.so`, next to this test binary.
+fn softverbs_lib() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    for dir in [deps, deps.parent().unwrap()] {
+        let p = dir.join("libsoftverbs.so");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("libsoftverbs.so not found near {} (it is a dev-dependency; run through cargo test)", exe.display());
+}
+
+/// Write a device matrix to the test's scratch directory.
+fn matrix_file(name: &str, text: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("verbs-matrices");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("{name}-{}.json", std::process::id()));
+    // Ranks as threads write the same file at once: write aside, then rename (atomic).
+    let tmp = dir.join(format!("{name}-{}-{:?}.tmp", std::process::id(), std::thread::current().id()));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &p).unwrap();
+    p
+}
+
+/// A full mesh over `rdma_lo` for `n` ranks.
+fn mesh_matrix(n: usize) -> PathBuf {
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            let cells: Vec<&str> = (0..n).map(|j| if i == j { "null" } else { "\"rdma_lo\"" }).collect();
+            format!("[{}]", cells.join(","))
+        })
+        .collect();
+    matrix_file(&format!("mesh{n}"), &format!("[{}]", rows.join(",")))
+}
+
+fn verbs_env(n: usize) -> Vec<(&'static str, String)> {
+    vec![
+        ("BOLTCCL_BACKEND", "verbs".into()),
+        ("BOLTCCL_IBV_LIBRARY", softverbs_lib().display().to_string()),
+        ("BOLTCCL_IBV_DEVICES", mesh_matrix(n).display().to_string()),
+        ("SOFTVERBS_QUIET", "1".into()),
+    ]
+}
+
+/// In-process config for rank `rank` of `n` (ranks as threads).
+fn thread_cfg(rank: usize, n: usize, port: u16, timeout: Duration) -> Config {
+    Config {
+        rank,
+        world_size: n,
+        coordinator: Some(format!("127.0.0.1:{port}")),
+        job_key: Some("test-key".into()),
+        backend: Backend::Verbs,
+        ibv_library: Some(softverbs_lib()),
+        ibv_devices: Some(mesh_matrix(n)),
+        timeout,
+        init_timeout: Duration::from_secs(10),
+        ..Config::default()
+    }
+}
+
+fn outputs_ok(outs: &[RankOutput]) -> Vec<String> {
+    outs.iter()
+        .map(|o| {
+            assert!(o.status.success(), "rank {} failed ({:?}):\n{}\n{}", o.rank, o.status, o.stdout, o.stderr);
+            o.stdout
+                .lines()
+                .find_map(|l| l.split_once("RESULT ").map(|(_, d)| d.trim().to_string()))
+                .unwrap_or_else(|| panic!("rank {} printed no result:\n{}\n{}", o.rank, o.stdout, o.stderr))
+        })
+        .collect()
+}
+
+/// The rank-process side of every multi-process test here; what it runs is chosen by
+/// BOLTCCL_TEST_WORKLOAD.
+#[test]
+fn verbs_worker() {
+    if !is_worker() {
+        return;
+    }
+    match std::env::var("BOLTCCL_TEST_WORKLOAD").as_deref().unwrap_or("suite") {
+        "suite" => {
+            let g = boltccl::init().expect("init");
+            let ring = g.config().algo == Algo::Ring;
+            println!("RESULT {:x}", suite(&g, !ring));
+        }
+        "sums" => {
+            let g = boltccl::init().expect("init");
+            let p = g.size() as f32;
+            for round in 0..8 {
+                let mut x: Vec<f32> = (0..50_000).map(|i| ((i + round + g.rank()) % 31) as f32).collect();
+                g.all_sum(&mut x).expect("all_sum");
+                for (i, v) in x.iter().enumerate() {
+                    let want: f32 = (0..g.size()).map(|r| ((i + round + r) % 31) as f32).sum();
+                    assert_eq!(*v, want, "round {round} element {i} (p={p})");
+                }
+            }
+            println!("RESULT ok");
+        }
+        "die" => {
+            let g = boltccl::init().expect("init");
+            let mut x = vec![1.0f32; 1000];
+            g.all_sum(&mut x).expect("first all_sum");
+            if g.rank() == 1 {
+                std::process::exit(3);
+            }
+            let t = Instant::now();
+            let e = g.all_sum(&mut x).expect_err("rank 1 is gone");
+            println!("RESULT {:?} after {} ms: {e}", e.kind(), t.elapsed().as_millis());
+        }
+        other => panic!("unknown workload {other}"),
+    }
+}
+
+/// The in-process reference digest for the same workload and settings.
+fn reference_digest(n: usize, algo: Algo) -> String {
+    let cfg = Config {
+        algo,
+        chunk_bytes: 64,
+        mesh_max_bytes: 256,
+        timeout: Duration::from_secs(20),
+        ..Config::default()
+    };
+    let groups = Group::local_world_with(n, &cfg);
+    let hs: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g, algo != Algo::Ring))).collect();
+    let d: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    format!("{:x}", d[0])
+}
+
+fn conformance(n: usize, algos: &[Algo]) {
+    for &algo in algos {
+        let t = Instant::now();
+        let mut env = verbs_env(n);
+        env.extend([
+            ("BOLTCCL_ALGO", algo.name().to_string()),
+            ("BOLTCCL_CHUNK_BYTES", "64".into()),
+            ("BOLTCCL_MESH_MAX_BYTES", "256".into()),
+            ("BOLTCCL_TIMEOUT_MS", "20000".into()),
+        ]);
+        let outs = Ranks::spawn(n, "verbs_worker", &env).wait(Duration::from_secs(180));
+        let d = outputs_ok(&outs);
+        assert!(d.iter().all(|x| x == &d[0]), "world {n} {algo:?}: ranks differ: {d:?}");
+        assert_eq!(d[0], reference_digest(n, algo), "world {n} {algo:?}: verbs and in-process results differ");
+        eprintln!("verbs conformance: {n} ranks, {algo:?}: ok in {:.1?}", t.elapsed());
+    }
+}
+
+#[test]
+fn conformance_2_ranks_full_mesh() {
+    conformance(2, &[Algo::Auto, Algo::Mesh, Algo::Direct, Algo::Ring]);
+}
+
+#[test]
+fn conformance_3_ranks_full_mesh() {
+    conformance(3, &[Algo::Auto, Algo::Direct, Algo::Ring]);
+}
+
+#[test]
+fn conformance_4_ranks_full_mesh() {
+    conformance(4, &[Algo::Auto, Algo::Mesh, Algo::Direct, Algo::Ring]);
+}
+
+/// A rank whose every `ibv_post_recv` is 2 ms late loses nothing: senders wait for credits.
+#[test]
+fn late_receives_lose_no_data() {
+    let mut env = verbs_env(2);
+    env.extend([("BOLTCCL_TEST_WORKLOAD", "sums".into()), ("BOLTCCL_CHUNK_BYTES", "16384".into())]);
+    let mut ranks = Ranks::spawn(0, "verbs_worker", &env);
+    // Rank 1 gets the delay; rank 0 sends as fast as credits allow.
+    let port = free_port();
+    for rank in 0..2 {
+        let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+        c.args(["--exact", "verbs_worker", "--nocapture", "--test-threads=1"])
+            .env("BOLTCCL_TEST_ROLE", "worker")
+            .env("BOLTCCL_RANK", rank.to_string())
+            .env("BOLTCCL_WORLD_SIZE", "2")
+            .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
+            .env("BOLTCCL_JOB_KEY", "k")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in &env {
+            c.env(k, v);
+        }
+        if rank == 1 {
+            c.env("SOFTVERBS_RECV_DELAY_US", "2000");
+        }
+        ranks.children.push(c.spawn().unwrap());
+    }
+    let outs = ranks.wait(Duration::from_secs(120));
+    assert!(outputs_ok(&outs).iter().all(|r| r == "ok"));
+}
+
+/// A rank that dies mid-job is reported on the others within moments, not a hang.
+#[test]
+fn dead_peer_is_reported_quickly() {
+    let mut env = verbs_env(3);
+    env.extend([("BOLTCCL_TEST_WORKLOAD", "die".into()), ("BOLTCCL_TIMEOUT_MS", "30000".into())]);
+    let outs = Ranks::spawn(3, "verbs_worker", &env).wait(Duration::from_secs(60));
+    for o in outs.iter().filter(|o| o.rank != 1) {
+        let r = outputs_ok(std::slice::from_ref(o)).pop().unwrap();
+        assert!(r.starts_with("PeerLost") || r.starts_with("Aborted"), "rank {}: {r}", o.rank);
+        let ms: u64 = r.split(" after ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        assert!(ms < 5_000, "rank {} took {ms} ms to notice (timeout is 30 s): {r}", o.rank);
+        assert!(r.contains("rank 1"), "rank {}: the culprit is not named: {r}", o.rank);
+    }
+}
+
+/// Ranks as threads in this process: form a group of `n` with `cfg`, run `body` on each.
+fn threads<T: Send + 'static>(
+    n: usize,
+    timeout: Duration,
+    body: impl Fn(Result<Group, Error>) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let port = free_port();
+    let hs: Vec<_> = (0..n)
+        .map(|r| {
+            let body = body.clone();
+            std::thread::spawn(move || body(Group::new(thread_cfg(r, n, port, timeout))))
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().expect("rank thread panicked")).collect()
+}
+
+/// Asking for a device that is not there names the devices that are.
+#[test]
+fn unknown_device_is_named_with_the_alternatives() {
+    let port = free_port();
+    let m = matrix_file("nodev", r#"[[null,"rdma_nope0"],["rdma_nope0",null]]"#);
+    let hs: Vec<_> = (0..2)
+        .map(|r| {
+            let mut cfg = thread_cfg(r, 2, port, Duration::from_secs(5));
+            cfg.ibv_devices = Some(m.clone());
+            std::thread::spawn(move || Group::new(cfg).err().map(|e| e.to_string()))
+        })
+        .collect();
+    for h in hs {
+        let e = h.join().unwrap().expect("a missing device must fail");
+        println!("{e}");
+        assert!(
+            (e.contains("rdma_nope0 not found") && e.contains("rdma_lo")) || e.contains("aborted"),
+            "unhelpful: {e}"
+        );
+    }
+}
+
+/// A missing verbs library: `verbs` says what to install, `auto` falls back to TCP and works.
+#[test]
+fn missing_library_is_unsupported_and_auto_falls_back_to_tcp() {
+    let port = free_port();
+    let hs: Vec<_> = (0..2)
+        .map(|r| {
+            let mut cfg = thread_cfg(r, 2, port, Duration::from_secs(5));
+            cfg.ibv_library = Some("/nonexistent/libibverbs.so.1".into());
+            cfg.backend = Backend::Auto;
+            std::thread::spawn(move || {
+                let g = Group::new(cfg).expect("auto falls back to TCP");
+                let mut x = vec![1.0f32; 100];
+                g.all_sum(&mut x).unwrap();
+                x[0]
+            })
+        })
+        .collect();
+    for h in hs {
+        assert_eq!(h.join().unwrap(), 2.0);
+    }
+    let mut cfg = thread_cfg(0, 2, free_port(), Duration::from_secs(5));
+    cfg.ibv_library = Some("/nonexistent/libibverbs.so.1".into());
+    let e = Group::new(cfg).err().expect("verbs without a library fails").to_string();
+    println!("{e}");
+    assert!(e.contains("unsupported") && e.contains("BOLTCCL_IBV_LIBRARY=/nonexistent"), "{e}");
+}
+
+/// The 11th queue pair on a device fails with errno 16; the message names the limit. Six ranks
+/// as threads of one process need 30 QPs on `rdma_lo` (softverbs counts per process).
+#[test]
+fn eleventh_queue_pair_is_explained() {
+    let errs = threads(6, Duration::from_secs(5), |g| g.err().map(|e| e.to_string()));
+    let busy: Vec<&String> = errs.iter().flatten().filter(|e| e.contains("errno 16")).collect();
+    println!("{busy:?}");
+    assert!(!busy.is_empty(), "no rank hit the QP limit: {errs:?}");
+    assert!(busy[0].contains("allows 10") && busy[0].contains("reboot"), "{}", busy[0]);
+    assert!(errs.iter().all(Option::is_some), "every rank must fail, not hang: {errs:?}");
+}
