@@ -121,6 +121,8 @@ fn verbs_worker() {
             let e = g.all_sum(&mut x).expect_err("rank 1 is gone");
             println!("RESULT {:?} after {} ms: {e}", e.kind(), t.elapsed().as_millis());
         }
+        "drop" => drop_workload(),
+        "cycles" => cycles_workload(),
         other => panic!("unknown workload {other}"),
     }
 }
@@ -293,4 +295,158 @@ fn eleventh_queue_pair_is_explained() {
     assert!(!busy.is_empty(), "no rank hit the QP limit: {errs:?}");
     assert!(busy[0].contains("allows 10") && busy[0].contains("reboot"), "{}", busy[0]);
     assert!(errs.iter().all(Option::is_some), "every rank must fail, not hang: {errs:?}");
+}
+
+/// Deterministic pseudo-random numbers (no dependency, same sequence every run).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % below
+    }
+}
+
+/// In a process whose provider drops 1% of datagrams: 2 ranks as threads run all_sums of random
+/// lengths; each returns the exact answer or an error, never anything else. After an error the
+/// group is poisoned, so a new one is formed. Prints `RESULT exact errors`.
+fn drop_workload() {
+    let target: usize = std::env::var("BOLTCCL_TEST_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(3000);
+    let budget = Instant::now() + Duration::from_secs(50);
+    let (mut exact, mut errors, mut epoch) = (0usize, 0usize, 0u64);
+    while exact + errors < target && Instant::now() < budget {
+        epoch += 1;
+        // Both ranks' providers use the same drop seed, so losses are often symmetric and then
+        // only the deadline can tell: keep it short.
+        let per_rank = threads(2, Duration::from_millis(100), move |g| {
+            let g = g.expect("forming a group does not touch the lossy data path");
+            let t0 = Instant::now();
+            let mut rng = Lcg(epoch);
+            let (mut ok, mut err) = (0usize, 0usize);
+            for op in 0..200 {
+                let n = 1 + rng.next(3000);
+                let mut x: Vec<f32> = (0..n).map(|i| ((i * 7 + op + g.rank() * 3) % 101) as f32).collect();
+                match g.all_sum(&mut x) {
+                    Ok(()) => {
+                        for (i, v) in x.iter().enumerate() {
+                            let want = ((i * 7 + op) % 101 + (i * 7 + op + 3) % 101) as f32;
+                            assert_eq!(*v, want, "WRONG ANSWER: epoch {epoch} op {op} element {i} of {n}");
+                        }
+                        ok += 1;
+                    }
+                    Err(e) => {
+                        if std::env::var("BOLTCCL_TEST_VERBOSE").is_ok() {
+                            eprintln!("epoch {epoch} op {op} failed {:?} into the epoch: {e}", t0.elapsed());
+                        }
+                        err += 1;
+                        break;
+                    }
+                }
+            }
+            (ok, err)
+        });
+        for (ok, err) in per_rank {
+            exact += ok;
+            errors += err;
+        }
+    }
+    println!("RESULT {exact} {errors} {epoch}");
+}
+
+#[test]
+fn one_percent_loss_gives_exact_answers_or_errors() {
+    let mut env = verbs_env(2);
+    env.extend([
+        ("BOLTCCL_TEST_WORKLOAD", "drop".into()),
+        ("SOFTVERBS_DROP_RATE", "0.01".into()),
+        ("SOFTVERBS_SEED", "12345".into()),
+    ]);
+    let t = Instant::now();
+    let outs = Ranks::spawn(1, "verbs_worker", &env).wait(Duration::from_secs(90));
+    let r = outputs_ok(&outs).pop().unwrap();
+    let v: Vec<usize> = r.split(' ').map(|x| x.parse().unwrap()).collect();
+    eprintln!("1% loss: {} exact, {} errors over {} groups in {:.1?}", v[0], v[1], v[2], t.elapsed());
+    assert!(v[1] > 0, "no operation failed: were datagrams dropped at all?");
+    assert!(v[0] >= 1000, "too few operations completed to mean anything: {r}");
+}
+
+/// Live provider objects, read through the same loaded copy of softverbs that boltccl uses.
+fn live_objects(lib: &libloading::Library) -> [u64; 7] {
+    let mut c = [0u64; 7];
+    // SAFETY: softverbs_live_objects(struct softverbs_counters *) fills seven u64 counters.
+    let r = unsafe {
+        let f: libloading::Symbol<'_, unsafe extern "C" fn(*mut u64) -> i32> =
+            lib.get(b"softverbs_live_objects\0").unwrap();
+        f(c.as_mut_ptr())
+    };
+    assert_eq!(r, 0);
+    c
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    s.split(' ').nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 4
+}
+
+/// Form and tear down 2-rank groups (threads) `BOLTCCL_TEST_CYCLES` times under the process's
+/// SOFTVERBS_FAIL_AFTER; after each, no provider object may be alive. Prints `RESULT ok failed`.
+fn cycles_workload() {
+    let cycles: usize = std::env::var("BOLTCCL_TEST_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(80);
+    // SAFETY: loading softverbs again only takes a reference to the already-loaded copy (and
+    // keeps it loaded, so its counters cannot reset between groups).
+    let lib = unsafe { libloading::Library::new(softverbs_lib()) }.unwrap();
+    let (mut ok, mut failed) = (0, 0);
+    let (mut fds0, mut rss0) = (0, 0);
+    for cycle in 0..cycles {
+        let results = threads(2, Duration::from_secs(2), |g| {
+            let g = g?;
+            let mut x = vec![1.0f32; 1000];
+            g.all_sum(&mut x)?;
+            assert_eq!(x[999], 2.0);
+            Ok::<(), Error>(())
+        });
+        if results.iter().all(|r| r.is_ok()) {
+            ok += 1;
+        } else {
+            failed += 1;
+        }
+        let live = live_objects(&lib);
+        assert_eq!(live, [0; 7], "cycle {cycle}: live objects (lists, ctxs, pds, cqs, qps, mrs, threads) after {results:?}");
+        if cycle == 10 {
+            (fds0, rss0) = (open_fds(), rss_kib());
+        }
+        if cycle > 10 {
+            assert!(open_fds() <= fds0 + 8, "cycle {cycle}: fds grew from {fds0} to {}", open_fds());
+            assert!(rss_kib() <= rss0 + 64 * 1024, "cycle {cycle}: RSS grew from {rss0} to {} KiB", rss_kib());
+        }
+    }
+    println!("RESULT {ok} {failed}");
+}
+
+#[test]
+fn init_teardown_cycles_with_injected_failures_leak_nothing() {
+    let t = Instant::now();
+    let (mut ok, mut failed) = (0, 0);
+    // unset = no failure; small values fail set-up at each step, larger ones fail mid-collective.
+    for fail_after in ["", "2", "3", "4", "5", "7", "9", "12", "20", "40", "80"] {
+        let mut env = verbs_env(2);
+        env.push(("BOLTCCL_TEST_WORKLOAD", "cycles".into()));
+        if !fail_after.is_empty() {
+            env.push(("SOFTVERBS_FAIL_AFTER", fail_after.into()));
+        }
+        let outs = Ranks::spawn(1, "verbs_worker", &env).wait(Duration::from_secs(120));
+        let r = outputs_ok(&outs).pop().unwrap();
+        let v: Vec<usize> = r.split(' ').map(|x| x.parse().unwrap()).collect();
+        if fail_after.is_empty() {
+            assert_eq!(v[1], 0, "cycles failed without injected faults");
+        }
+        ok += v[0];
+        failed += v[1];
+    }
+    eprintln!("init/teardown: {ok} clean cycles, {failed} with injected failures, in {:.1?}", t.elapsed());
+    assert!(failed > 0, "no injected failure took effect");
 }

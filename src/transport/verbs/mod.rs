@@ -418,9 +418,9 @@ impl Transport for VerbsTransport {
             return Err(Error::Internal("exchange on an aborted transport".into()));
         }
         match self.run(sends, recvs, on_recv, limits) {
-            // A peer's failure shows up on RDMA as silence or flushed work; the control
-            // channel usually knows the real cause.
-            Err(e @ (Error::Timeout { .. } | Error::Verbs { .. })) => Err(self.tcp.explain(e)),
+            // A peer's failure shows up on RDMA as silence; the control channel usually knows
+            // the real cause. Errors found here (loss, bad completions) need no explaining.
+            Err(e @ Error::Timeout { .. }) => Err(self.tcp.explain(e)),
             other => other,
         }
     }
