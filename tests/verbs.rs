@@ -47,11 +47,28 @@ fn mesh_matrix(n: usize) -> PathBuf {
     matrix_file(&format!("mesh{n}"), &format!("[{}]", rows.join(",")))
 }
 
+/// A ring over `rdma_lo` for `n` ranks: only neighbours are cabled; the other pairs use TCP.
+fn ring_matrix(n: usize) -> PathBuf {
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            let cells: Vec<&str> = (0..n)
+                .map(|j| if j == (i + 1) % n || i == (j + 1) % n { "\"rdma_lo\"" } else { "null" })
+                .collect();
+            format!("[{}]", cells.join(","))
+        })
+        .collect();
+    matrix_file(&format!("ring{n}"), &format!("[{}]", rows.join(",")))
+}
+
 fn verbs_env(n: usize) -> Vec<(&'static str, String)> {
+    verbs_env_with(mesh_matrix(n))
+}
+
+fn verbs_env_with(matrix: PathBuf) -> Vec<(&'static str, String)> {
     vec![
         ("BOLTCCL_BACKEND", "verbs".into()),
         ("BOLTCCL_IBV_LIBRARY", softverbs_lib().display().to_string()),
-        ("BOLTCCL_IBV_DEVICES", mesh_matrix(n).display().to_string()),
+        ("BOLTCCL_IBV_DEVICES", matrix.display().to_string()),
         ("SOFTVERBS_QUIET", "1".into()),
     ]
 }
@@ -143,20 +160,28 @@ fn reference_digest(n: usize, algo: Algo) -> String {
 }
 
 fn conformance(n: usize, algos: &[Algo]) {
+    conformance_on(n, algos, mesh_matrix(n), "full mesh")
+}
+
+fn conformance_on(n: usize, algos: &[Algo], matrix: PathBuf, topo: &str) {
     for &algo in algos {
         let t = Instant::now();
-        let mut env = verbs_env(n);
+        let mut env = verbs_env_with(matrix.clone());
         env.extend([
             ("BOLTCCL_ALGO", algo.name().to_string()),
             ("BOLTCCL_CHUNK_BYTES", "64".into()),
             ("BOLTCCL_MESH_MAX_BYTES", "256".into()),
             ("BOLTCCL_TIMEOUT_MS", "20000".into()),
+            ("BOLTCCL_LOG", "boltccl=info".into()),
         ]);
         let outs = Ranks::spawn(n, "verbs_worker", &env).wait(Duration::from_secs(180));
         let d = outputs_ok(&outs);
+        for o in &outs {
+            assert!(o.stderr.contains("RDMA verbs mesh ready"), "rank {} did not use verbs:\n{}", o.rank, o.stderr);
+        }
         assert!(d.iter().all(|x| x == &d[0]), "world {n} {algo:?}: ranks differ: {d:?}");
         assert_eq!(d[0], reference_digest(n, algo), "world {n} {algo:?}: verbs and in-process results differ");
-        eprintln!("verbs conformance: {n} ranks, {algo:?}: ok in {:.1?}", t.elapsed());
+        eprintln!("verbs conformance: {n} ranks, {topo}, {algo:?}: ok in {:.1?}", t.elapsed());
     }
 }
 
@@ -173,6 +198,18 @@ fn conformance_3_ranks_full_mesh() {
 #[test]
 fn conformance_4_ranks_full_mesh() {
     conformance(4, &[Algo::Auto, Algo::Mesh, Algo::Direct, Algo::Ring]);
+}
+
+/// Rings: neighbours over RDMA; with `ring` only neighbours talk, with `auto` the other pairs
+/// go over TCP in the same exchange.
+#[test]
+fn conformance_5_ranks_ring() {
+    conformance_on(5, &[Algo::Ring, Algo::Auto], ring_matrix(5), "ring");
+}
+
+#[test]
+fn conformance_6_ranks_ring() {
+    conformance_on(6, &[Algo::Ring, Algo::Auto], ring_matrix(6), "ring");
 }
 
 /// A rank whose every `ibv_post_recv` is 2 ms late loses nothing: senders wait for credits.

@@ -1,4 +1,5 @@
-//! RDMA verbs transport: a full mesh of UC queue pairs, one per peer.
+//! RDMA verbs transport: one UC queue pair per cabled peer; pairs the device matrix leaves
+//! without a device (a ring, a mixed group) use the TCP mesh, in the same progress loop.
 //!
 //! Set-up rides on the TCP bootstrap: the TCP mesh forms first (authenticated, settings
 //! agreed), then each rank opens its devices, creates one UC queue pair per peer, and the
@@ -212,7 +213,9 @@ pub struct VerbsTransport {
     size: usize,
     /// `links[peer]`; `None` for this rank.
     links: Vec<Option<Link>>,
-    /// Bootstrap mesh, kept for the control channel (aborts, dead peers).
+    /// Peers without an RDMA device: their messages go over the TCP mesh.
+    over_tcp: Vec<bool>,
+    /// Bootstrap mesh: the control channel (aborts, dead peers) and the uncabled pairs.
     tcp: TcpTransport,
     spin: Duration,
     aborted: bool,
@@ -252,19 +255,14 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
         )
     })?;
     let matrix = DeviceMatrix::load(path, cfg.world_size)?;
-    let missing = matrix.uncabled(cfg.rank);
-    if !missing.is_empty() {
-        return Err(Error::Unsupported(format!(
-            "rank {} has no RDMA device toward rank(s) {missing:?} in {}; this build needs a full mesh of cables \
-             for the verbs backend (use BOLTCCL_BACKEND=auto to fall back to TCP)",
-            cfg.rank,
-            path.display()
-        )));
+    let tcp_peers = matrix.uncabled(cfg.rank);
+    if !tcp_peers.is_empty() {
+        tracing::info!(rank = cfg.rank, ?tcp_peers, "no RDMA device toward these ranks in the matrix: using TCP for them");
     }
     let (rank, size) = (cfg.rank, cfg.world_size);
     let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes).min(MAX_MESSAGE);
     let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
-    let peers: Vec<usize> = (0..size).filter(|&p| p != rank).collect();
+    let peers: Vec<usize> = (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p)).collect();
 
     let mut tcp = crate::bootstrap::connect(cfg)?;
     let fail = |tcp: &mut TcpTransport, e: Error| -> Error {
@@ -331,7 +329,8 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     let links = pending.into_iter().map(|p| p.map(|p| p.link)).collect();
     let spin = cfg.spin.unwrap_or(Duration::from_micros(50));
     tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
-    Ok(VerbsTransport { rank, size, links, tcp, spin, aborted: false })
+    let over_tcp = (0..size).map(|p| tcp_peers.contains(&p)).collect();
+    Ok(VerbsTransport { rank, size, links, over_tcp, tcp, spin, aborted: false })
 }
 
 impl VerbsTransport {
@@ -352,11 +351,20 @@ impl VerbsTransport {
         for l in self.links.iter_mut().flatten() {
             l.begin();
         }
+        let over_tcp = &self.over_tcp;
+        let use_tcp = over_tcp.iter().any(|&t| t);
+        if use_tcp {
+            self.tcp.begin_subset(sends, recvs, &|p| over_tcp[p]);
+        }
         for (i, s) in sends.iter().enumerate() {
-            self.link(s.peer)?.add_send(i);
+            if !self.over_tcp[s.peer] {
+                self.link(s.peer)?.add_send(i);
+            }
         }
         for (i, r) in recvs.iter().enumerate() {
-            self.link(r.peer)?.add_recv(i);
+            if !self.over_tcp[r.peer] {
+                self.link(r.peer)?.add_recv(i);
+            }
         }
         let mut last_progress = Instant::now();
         let mut last_control = last_progress;
@@ -369,6 +377,10 @@ impl VerbsTransport {
                 moved |= l.deliver(recvs, on_recv)?;
                 moved |= l.maybe_return_credits()?;
                 busy |= !l.done();
+            }
+            if use_tcp {
+                moved |= self.tcp.pump(sends, recvs, on_recv)?;
+                busy |= self.tcp.busy();
             }
             if !busy {
                 return Ok(());
@@ -390,7 +402,14 @@ impl VerbsTransport {
                 continue;
             }
             if now >= last_progress + limits.timeout {
-                let rank = self.links.iter().flatten().find(|l| l.waiting()).map(|l| l.peer).unwrap_or(self.rank);
+                let rank = self
+                    .links
+                    .iter()
+                    .flatten()
+                    .find(|l| l.waiting())
+                    .map(|l| l.peer)
+                    .or_else(|| self.tcp.waiting_on())
+                    .unwrap_or(self.rank);
                 return Err(Error::Timeout { op: limits.op.into(), rank, after: limits.timeout });
             }
             std::thread::sleep(NAP);
