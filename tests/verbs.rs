@@ -487,3 +487,141 @@ fn init_teardown_cycles_with_injected_failures_leak_nothing() {
     eprintln!("init/teardown: {ok} clean cycles, {failed} with injected failures, in {:.1?}", t.elapsed());
     assert!(failed > 0, "no injected failure took effect");
 }
+
+/// `n` network namespaces, fully meshed by veth pairs (one per pair, its own /24), with /32
+/// routes so every rank's first address is reachable over the direct link. Removed on drop.
+struct MeshNetns {
+    names: Vec<String>,
+    tag: u32,
+}
+
+fn ip(args: &[&str]) -> bool {
+    std::process::Command::new("ip")
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+impl MeshNetns {
+    fn iface(&self, i: usize, j: usize) -> String {
+        format!("bc{}{i}{j}", self.tag)
+    }
+
+    fn addr(&self, i: usize, j: usize) -> String {
+        let (a, b) = (i.min(j), i.max(j));
+        format!("10.251.{}.{}", 10 * a + b, i + 1)
+    }
+
+    /// The address each rank is known by: its end of the link to rank 0 (rank 0: toward rank 1).
+    fn identity(&self, k: usize) -> String {
+        if k == 0 {
+            self.addr(0, 1)
+        } else {
+            self.addr(k, 0)
+        }
+    }
+
+    fn create(n: usize) -> Option<MeshNetns> {
+        let tag = std::process::id() % 10_000;
+        let mut ns = MeshNetns { names: vec![], tag };
+        for k in 0..n {
+            let name = format!("bcclv{tag}_{k}");
+            if !ip(&["netns", "add", &name]) {
+                return None; // drop removes the ones made
+            }
+            ns.names.push(name);
+            ip(&["-n", &ns.names[k], "link", "set", "lo", "up"]);
+        }
+        for i in 0..n {
+            for j in i + 1..n {
+                let (a, b) = (ns.iface(i, j), ns.iface(j, i));
+                let ok = ip(&["link", "add", &a, "netns", &ns.names[i], "type", "veth", "peer", &b, "netns", &ns.names[j]])
+                    && ip(&["-n", &ns.names[i], "addr", "add", &format!("{}/24", ns.addr(i, j)), "dev", &a])
+                    && ip(&["-n", &ns.names[j], "addr", "add", &format!("{}/24", ns.addr(j, i)), "dev", &b])
+                    && ip(&["-n", &ns.names[i], "link", "set", &a, "up"])
+                    && ip(&["-n", &ns.names[j], "link", "set", &b, "up"]);
+                if !ok {
+                    return None;
+                }
+            }
+        }
+        for i in 0..n {
+            for j in (0..n).filter(|&j| j != i) {
+                let route = format!("{}/32", ns.identity(j));
+                if !ip(&["-n", &ns.names[i], "route", "replace", &route, "dev", &ns.iface(i, j)]) {
+                    return None;
+                }
+            }
+        }
+        Some(ns)
+    }
+
+    fn matrix(&self, n: usize) -> PathBuf {
+        let rows: Vec<String> = (0..n)
+            .map(|i| {
+                let cells: Vec<String> = (0..n)
+                    .map(|j| if i == j { "null".into() } else { format!("\"rdma_{}\"", self.iface(i, j)) })
+                    .collect();
+                format!("[{}]", cells.join(","))
+            })
+            .collect();
+        matrix_file("netns", &format!("[{}]", rows.join(",")))
+    }
+}
+
+impl Drop for MeshNetns {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its veth ends (and so their peers).
+        for n in &self.names {
+            ip(&["netns", "del", n]);
+        }
+    }
+}
+
+/// Four ranks, each in its own network namespace, joined by veth pairs: every pair has its
+/// own device, as Macs joined by Thunderbolt cables do.
+#[test]
+fn conformance_4_ranks_in_network_namespaces() {
+    let n = 4;
+    let Some(ns) = MeshNetns::create(n) else {
+        eprintln!("SKIPPED conformance_4_ranks_in_network_namespaces: cannot create network namespaces (needs root and iproute2 `ip`)");
+        return;
+    };
+    let matrix = ns.matrix(n);
+    let port = 29_000 + (std::process::id() % 1000) as u16;
+    for algo in [Algo::Auto, Algo::Direct, Algo::Ring] {
+        let t = Instant::now();
+        let mut ranks = Ranks { children: vec![] };
+        for k in 0..n {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", &ns.names[k]])
+                .arg(std::env::current_exe().unwrap())
+                .args(["--exact", "verbs_worker", "--nocapture", "--test-threads=1"])
+                .env("BOLTCCL_TEST_ROLE", "worker")
+                .env("BOLTCCL_RANK", k.to_string())
+                .env("BOLTCCL_WORLD_SIZE", n.to_string())
+                .env("BOLTCCL_COORDINATOR", format!("{}:{port}", ns.identity(0)))
+                .env("BOLTCCL_JOB_KEY", "k")
+                .env("BOLTCCL_ALGO", algo.name())
+                .env("BOLTCCL_CHUNK_BYTES", "64")
+                .env("BOLTCCL_MESH_MAX_BYTES", "256")
+                .env("BOLTCCL_LOG", "boltccl=info")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            for (key, v) in verbs_env_with(matrix.clone()) {
+                c.env(key, v);
+            }
+            ranks.children.push(c.spawn().unwrap());
+        }
+        let outs = ranks.wait(Duration::from_secs(120));
+        let d = outputs_ok(&outs);
+        assert!(d.iter().all(|x| x == &d[0]), "{algo:?}: ranks differ: {d:?}");
+        assert_eq!(d[0], reference_digest(n, algo), "{algo:?}: verbs across namespaces differs from in-process");
+        for o in &outs {
+            assert!(o.stderr.contains("RDMA verbs mesh ready"), "rank {} did not use verbs:\n{}", o.rank, o.stderr);
+        }
+        eprintln!("verbs conformance: {n} ranks in network namespaces, {algo:?}: ok in {:.1?}", t.elapsed());
+    }
+}
