@@ -51,9 +51,8 @@ fn mesh_matrix(n: usize) -> PathBuf {
 fn ring_matrix(n: usize) -> PathBuf {
     let rows: Vec<String> = (0..n)
         .map(|i| {
-            let cells: Vec<&str> = (0..n)
-                .map(|j| if j == (i + 1) % n || i == (j + 1) % n { "\"rdma_lo\"" } else { "null" })
-                .collect();
+            let cells: Vec<&str> =
+                (0..n).map(|j| if j == (i + 1) % n || i == (j + 1) % n { "\"rdma_lo\"" } else { "null" }).collect();
             format!("[{}]", cells.join(","))
         })
         .collect();
@@ -146,13 +145,8 @@ fn verbs_worker() {
 
 /// The in-process reference digest for the same workload and settings.
 fn reference_digest(n: usize, algo: Algo) -> String {
-    let cfg = Config {
-        algo,
-        chunk_bytes: 64,
-        mesh_max_bytes: 256,
-        timeout: Duration::from_secs(20),
-        ..Config::default()
-    };
+    let cfg =
+        Config { algo, chunk_bytes: 64, mesh_max_bytes: 256, timeout: Duration::from_secs(20), ..Config::default() };
     let groups = Group::local_world_with(n, &cfg);
     let hs: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g, algo != Algo::Ring))).collect();
     let d: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
@@ -452,7 +446,10 @@ fn cycles_workload() {
             failed += 1;
         }
         let live = live_objects(&lib);
-        assert_eq!(live, [0; 7], "cycle {cycle}: live objects (lists, ctxs, pds, cqs, qps, mrs, threads) after {results:?}");
+        assert_eq!(
+            live, [0; 7],
+            "cycle {cycle}: live objects (lists, ctxs, pds, cqs, qps, mrs, threads) after {results:?}"
+        );
         if cycle == 10 {
             (fds0, rss0) = (open_fds(), rss_kib());
         }
@@ -537,11 +534,12 @@ impl MeshNetns {
         for i in 0..n {
             for j in i + 1..n {
                 let (a, b) = (ns.iface(i, j), ns.iface(j, i));
-                let ok = ip(&["link", "add", &a, "netns", &ns.names[i], "type", "veth", "peer", &b, "netns", &ns.names[j]])
-                    && ip(&["-n", &ns.names[i], "addr", "add", &format!("{}/24", ns.addr(i, j)), "dev", &a])
-                    && ip(&["-n", &ns.names[j], "addr", "add", &format!("{}/24", ns.addr(j, i)), "dev", &b])
-                    && ip(&["-n", &ns.names[i], "link", "set", &a, "up"])
-                    && ip(&["-n", &ns.names[j], "link", "set", &b, "up"]);
+                let ok =
+                    ip(&["link", "add", &a, "netns", &ns.names[i], "type", "veth", "peer", &b, "netns", &ns.names[j]])
+                        && ip(&["-n", &ns.names[i], "addr", "add", &format!("{}/24", ns.addr(i, j)), "dev", &a])
+                        && ip(&["-n", &ns.names[j], "addr", "add", &format!("{}/24", ns.addr(j, i)), "dev", &b])
+                        && ip(&["-n", &ns.names[i], "link", "set", &a, "up"])
+                        && ip(&["-n", &ns.names[j], "link", "set", &b, "up"]);
                 if !ok {
                     return None;
                 }

@@ -317,8 +317,7 @@ fn coordinate(
     mine: Hello,
 ) -> Result<(u64, Vec<PeerInfo>, Vec<Option<TcpStream>>)> {
     let size = mine.world_size;
-    let hellos =
-        accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>)?;
+    let hellos = accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>)?;
     let mut slots: Vec<Option<(Option<TcpStream>, Hello)>> = (0..size).map(|_| None).collect();
     let mut problem: Option<(Option<usize>, String)> = None;
     let reference = (mine.version.clone(), mine.settings.clone());

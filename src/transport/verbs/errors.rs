@@ -134,10 +134,14 @@ pub fn wc_status_name(status: ibv_wc_status) -> &'static str {
 pub fn completion_error(device: &str, peer: usize, sending: bool, status: ibv_wc_status, vendor: u32) -> Error {
     let dir = if sending { "send to" } else { "receive from" };
     let why = match status {
-        IBV_WC_WR_FLUSH_ERR => "the queue pair went to the error state (an earlier error, the device failing, or \
-             the link going down)",
-        IBV_WC_LOC_LEN_ERR => "a message was longer than the receive buffer: the ranks disagree on \
-             BOLTCCL_CHUNK_BYTES or run different boltccl versions",
+        IBV_WC_WR_FLUSH_ERR => {
+            "the queue pair went to the error state (an earlier error, the device failing, or \
+             the link going down)"
+        }
+        IBV_WC_LOC_LEN_ERR => {
+            "a message was longer than the receive buffer: the ranks disagree on \
+             BOLTCCL_CHUNK_BYTES or run different boltccl versions"
+        }
         IBV_WC_LOC_PROT_ERR => "a buffer was not registered (a bug in boltccl, please report)",
         _ => "the device or link failed",
     };

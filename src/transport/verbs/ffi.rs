@@ -202,7 +202,13 @@ impl ProtectionDomain {
             send_cq: cq.0.ptr.as_ptr(),
             recv_cq: cq.0.ptr.as_ptr(),
             srq: std::ptr::null_mut(),
-            cap: ibv_qp_cap { max_send_wr: send_wr, max_recv_wr: recv_wr, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            cap: ibv_qp_cap {
+                max_send_wr: send_wr,
+                max_recv_wr: recv_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
             qp_type: IBV_QPT_UC,
             sq_sig_all: 0,
         };
@@ -294,7 +300,15 @@ impl QueuePair {
     }
 
     /// Post one signalled send-with-immediate of `len` bytes at `offset` of `mr`.
-    pub fn post_send(&self, mr: &MemoryRegion, offset: usize, len: usize, wr_id: u64, imm: u32, peer: usize) -> Result<()> {
+    pub fn post_send(
+        &self,
+        mr: &MemoryRegion,
+        offset: usize,
+        len: usize,
+        wr_id: u64,
+        imm: u32,
+        peer: usize,
+    ) -> Result<()> {
         assert!(offset + len <= mr.len(), "send outside the staging buffer");
         let mut sge = ibv_sge { addr: mr.addr() as u64 + offset as u64, length: len as u32, lkey: mr.lkey() };
         let mut wr = ibv_send_wr {

@@ -236,7 +236,10 @@ impl Link {
         }
         let bad = |what: String| Error::Verbs {
             device: self.ctx.name().to_string(),
-            what: format!("{what} on the link to rank {} (a provider bug or a foreign sender); restart the job", self.peer),
+            what: format!(
+                "{what} on the link to rank {} (a provider bug or a foreign sender); restart the job",
+                self.peer
+            ),
         };
         if sending {
             if w.opcode != IBV_WC_SEND || slot >= self.shape.send_depth {
@@ -252,13 +255,20 @@ impl Link {
         let seq = u32::from_be(w.imm_data);
         if seq != self.rx_seq {
             let what = if seq.wrapping_sub(self.rx_seq) < u32::MAX / 2 {
-                format!("{} message(s) from rank {} were lost (expected #{}, got #{seq})", seq.wrapping_sub(self.rx_seq), self.peer, self.rx_seq)
+                format!(
+                    "{} message(s) from rank {} were lost (expected #{}, got #{seq})",
+                    seq.wrapping_sub(self.rx_seq),
+                    self.peer,
+                    self.rx_seq
+                )
             } else {
                 format!("rank {} sent message #{seq} twice or out of order (expected #{})", self.peer, self.rx_seq)
             };
             return Err(Error::Verbs {
                 device: self.ctx.name().to_string(),
-                what: format!("{what}: UC does not retransmit, so this operation failed; check the cable, then restart the job"),
+                what: format!(
+                    "{what}: UC does not retransmit, so this operation failed; check the cable, then restart the job"
+                ),
             });
         }
         self.rx_seq = self.rx_seq.wrapping_add(1);
@@ -307,7 +317,10 @@ impl Link {
                 let got = Header::decode(&head)
                     .map_err(|d| Error::Protocol { from: format!("rank {}", self.peer), detail: d })?;
                 if got.kind != Kind::Data {
-                    return Err(Error::Protocol { from: format!("rank {}", self.peer), detail: "not a data frame".into() });
+                    return Err(Error::Protocol {
+                        from: format!("rank {}", self.peer),
+                        detail: "not a data frame".into(),
+                    });
                 }
                 wire::check(&op.expect, &got, self.peer)?;
                 op.buf[..len - HEADER_LEN].copy_from_slice(&data[HEADER_LEN..]);

@@ -114,9 +114,8 @@ impl Verbs {
                 // SAFETY: the symbol's C type is the one the rdma-core header declares, which
                 // the field this initialises spells out; verbs-abi's layout test checks the
                 // argument structs against that header.
-                *unsafe { lib.get($name) }.map_err(|e| {
-                    missing(std::str::from_utf8(&$name[..$name.len() - 1]).unwrap_or("?"), e)
-                })?
+                *unsafe { lib.get($name) }
+                    .map_err(|e| missing(std::str::from_utf8(&$name[..$name.len() - 1]).unwrap_or("?"), e))?
             };
         }
         Ok(Arc::new(Verbs {

@@ -230,8 +230,8 @@ fn tcp_round(
     mine: impl Fn(usize) -> Vec<u8>,
     timeout: Duration,
 ) -> Result<Vec<Vec<u8>>> {
-    let h = Header::data(Coll::Barrier, u32::MAX, seq, crate::DType::U8, crate::ReduceOp::Sum, len as u64, 0)
-        .piece(0, len);
+    let h =
+        Header::data(Coll::Barrier, u32::MAX, seq, crate::DType::U8, crate::ReduceOp::Sum, len as u64, 0).piece(0, len);
     let payloads: Vec<Vec<u8>> = peers.iter().map(|&p| mine(p)).collect();
     let sends: Vec<SendOp<'_>> =
         peers.iter().zip(&payloads).map(|(&peer, d)| SendOp { peer, header: h, data: d }).collect();
@@ -257,7 +257,11 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     let matrix = DeviceMatrix::load(path, cfg.world_size)?;
     let tcp_peers = matrix.uncabled(cfg.rank);
     if !tcp_peers.is_empty() {
-        tracing::info!(rank = cfg.rank, ?tcp_peers, "no RDMA device toward these ranks in the matrix: using TCP for them");
+        tracing::info!(
+            rank = cfg.rank,
+            ?tcp_peers,
+            "no RDMA device toward these ranks in the matrix: using TCP for them"
+        );
     }
     let (rank, size) = (cfg.rank, cfg.world_size);
     let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes).min(MAX_MESSAGE);
@@ -311,7 +315,10 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
             if ep.slot as usize != shape.slot {
                 return Err(Error::Mismatch {
                     rank: p,
-                    what: format!("RDMA packet size {} here, {} there: set the same BOLTCCL_CHUNK_BYTES", shape.slot, ep.slot),
+                    what: format!(
+                        "RDMA packet size {} here, {} there: set the same BOLTCCL_CHUNK_BYTES",
+                        shape.slot, ep.slot
+                    ),
                 });
             }
             let pl = pending[p].as_mut().expect("link");

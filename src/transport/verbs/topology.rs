@@ -34,7 +34,9 @@ impl DeviceMatrix {
                     Value::String(s) => vec![s.clone()],
                     Value::Array(a) => a
                         .iter()
-                        .map(|x| x.as_str().map(str::to_string).ok_or_else(|| format!("cell [{i}][{j}] lists a non-string")))
+                        .map(|x| {
+                            x.as_str().map(str::to_string).ok_or_else(|| format!("cell [{i}][{j}] lists a non-string"))
+                        })
                         .collect::<std::result::Result<_, _>>()?,
                     _ => return Err(format!("cell [{i}][{j}] must be null, a device name or a list of names")),
                 };
@@ -45,9 +47,9 @@ impl DeviceMatrix {
             }
             cells.push(out);
         }
-        for i in 0..world {
-            for j in 0..world {
-                if cells[i][j].is_empty() != cells[j][i].is_empty() {
+        for (i, row) in cells.iter().enumerate() {
+            for (j, cell) in row.iter().enumerate() {
+                if cell.is_empty() != cells[j][i].is_empty() {
                     return Err(format!(
                         "cell [{i}][{j}] and cell [{j}][{i}] disagree on whether ranks {i} and {j} are cabled"
                     ));
@@ -85,8 +87,11 @@ mod tests {
 
     #[test]
     fn mlx_format_with_nulls_names_and_lists() {
-        let m = DeviceMatrix::parse(r#"[[null,"rdma_en3",["rdma_en4","rdma_en5"]],["rdma_en3",null,null],[["a","b"],null,null]]"#, 3)
-            .unwrap();
+        let m = DeviceMatrix::parse(
+            r#"[[null,"rdma_en3",["rdma_en4","rdma_en5"]],["rdma_en3",null,null],[["a","b"],null,null]]"#,
+            3,
+        )
+        .unwrap();
         assert_eq!(m.cells[0][2], vec!["rdma_en4", "rdma_en5"]);
         assert_eq!(m.uncabled(1), vec![2]);
         assert!(DeviceMatrix::parse("[[null]]", 2).unwrap_err().contains("1 rows"));

@@ -285,11 +285,7 @@ fn checks() -> Vec<Check> {
         "enum ibv_mig_state",
         "enum ibv_atomic_cap",
     ] {
-        v.push(Check {
-            key: format!("sizeof {e}"),
-            c_expr: format!("(long long)sizeof({e})"),
-            rust: 4,
-        });
+        v.push(Check { key: format!("sizeof {e}"), c_expr: format!("(long long)sizeof({e})"), rust: 4 });
     }
 
     consts!(
@@ -421,14 +417,10 @@ fn layouts_match_real_header() {
         return;
     }
     let checks = checks();
-    let mut src = String::from(
-        "#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
-    );
+    let mut src =
+        String::from("#include <stddef.h>\n#include <stdio.h>\n#include <infiniband/verbs.h>\nint main(void) {\n");
     for c in &checks {
-        src.push_str(&format!(
-            "  printf(\"%s\\t%lld\\n\", \"{}\", {});\n",
-            c.key, c.c_expr
-        ));
+        src.push_str(&format!("  printf(\"%s\\t%lld\\n\", \"{}\", {});\n", c.key, c.c_expr));
     }
     src.push_str("  return 0;\n}\n");
 
@@ -445,15 +437,8 @@ fn layouts_match_real_header() {
         .arg(&c_path)
         .output()
         .expect("failed to run the C compiler");
-    assert!(
-        out.status.success(),
-        "compiling {} failed:\n{}",
-        c_path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = Command::new(&exe)
-        .output()
-        .expect("failed to run layout program");
+    assert!(out.status.success(), "compiling {} failed:\n{}", c_path.display(), String::from_utf8_lossy(&out.stderr));
+    let run = Command::new(&exe).output().expect("failed to run layout program");
     assert!(run.status.success());
     let text = String::from_utf8(run.stdout).unwrap();
     let c_values: BTreeMap<&str, i64> = text
