@@ -623,3 +623,17 @@ fn conformance_4_ranks_in_network_namespaces() {
         eprintln!("verbs conformance: {n} ranks in network namespaces, {algo:?}: ok in {:.1?}", t.elapsed());
     }
 }
+
+/// `doctor` through a real verbs library (softverbs): devices, port state, IPv4-mapped GID.
+#[test]
+fn doctor_sees_the_software_devices() {
+    let r = boltccl::doctor::check_local(Some(&softverbs_lib()), &|_, _| None);
+    let lo = r.devices.iter().find(|d| d.name == "rdma_lo").unwrap_or_else(|| panic!("no rdma_lo: {r:?}"));
+    assert!(lo.active);
+    assert_eq!(lo.ipv4_gid, Some((1, std::net::Ipv4Addr::LOCALHOST)), "softverbs puts the mapped GID at index 1");
+    assert_eq!(lo.prefix, Some(8));
+    assert!(r.findings.iter().all(|f| f.severity != boltccl::doctor::Severity::Error), "{:#?}", r.findings);
+    for f in &r.findings {
+        println!("{f}");
+    }
+}
