@@ -128,7 +128,14 @@ pub fn check_local(library: Option<&Path>, run: Runner<'_>) -> NodeReport {
             findings
                 .push(Finding::ok("verbs library", format!("{} loaded, all 16 verbs present", verbs.path.display())));
             match verbs.device_names() {
-                Err(e) => findings.push(Finding::bad(Severity::Error, "devices", e.to_string(), install_hint())),
+                Err(e) => {
+                    let fix = if e.to_string().contains("no RDMA support") {
+                        "load the RDMA kernel modules for your device (or use BOLTCCL_BACKEND=tcp)"
+                    } else {
+                        install_hint()
+                    };
+                    findings.push(Finding::bad(Severity::Error, "devices", e.to_string(), fix))
+                }
                 Ok(names) if names.is_empty() => findings.push(Finding::bad(
                     Severity::Error,
                     "devices",

@@ -149,10 +149,15 @@ impl Verbs {
         let list = unsafe { (self.get_device_list)(&mut n) };
         if list.is_null() {
             let errno = std::io::Error::last_os_error();
-            return Err(Error::Unsupported(format!(
-                "{}: ibv_get_device_list failed ({errno}): {}",
-                self.path.display(),
+            let why = if errno.raw_os_error() == Some(libc::ENOSYS) {
+                "the kernel has no RDMA support here (no uverbs device: load the driver's kernel modules, e.g. \
+                 ib_uverbs and your NIC's, or run on a node with an RDMA device)"
+            } else {
                 install_hint()
+            };
+            return Err(Error::Unsupported(format!(
+                "{}: ibv_get_device_list failed ({errno}): {why}",
+                self.path.display()
             )));
         }
         let mut names = Vec::with_capacity(n.max(0) as usize);
