@@ -100,6 +100,10 @@ impl QpInner {
     pub fn bind(ctx: &CtxInner) -> Result<(UdpSocket, u32), Error> {
         let sock = UdpSocket::bind(SocketAddrV4::new(ctx.dev.ipv4, 0))?;
         set_rcvbuf(&sock, RCVBUF_BYTES);
+        // Hardware post_send never blocks. A blocking send_to on a full socket buffer would
+        // (behind a rate-limited link), stalling the caller's other queue pairs: give sends
+        // the same room as receives.
+        set_buf(&sock, RCVBUF_BYTES, SNDBUF_OPTS);
         let port = match sock.local_addr()? {
             SocketAddr::V4(a) => a.port(),
             SocketAddr::V6(_) => return Err(Error::Invalid("bound an IPv6 socket")),
@@ -516,20 +520,33 @@ pub(crate) fn rx_loop(qp: Arc<QpInner>) {
 }
 
 fn set_rcvbuf(sock: &UdpSocket, bytes: usize) {
+    set_buf(sock, bytes, RCVBUF_OPTS)
+}
+
+/// (forced option, plain option) for the receive and send buffer sizes.
+#[cfg(target_os = "linux")]
+const RCVBUF_OPTS: (libc::c_int, libc::c_int) = (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+#[cfg(target_os = "linux")]
+const SNDBUF_OPTS: (libc::c_int, libc::c_int) = (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+#[cfg(not(target_os = "linux"))]
+const RCVBUF_OPTS: (libc::c_int, libc::c_int) = (libc::SO_RCVBUF, libc::SO_RCVBUF);
+#[cfg(not(target_os = "linux"))]
+const SNDBUF_OPTS: (libc::c_int, libc::c_int) = (libc::SO_SNDBUF, libc::SO_SNDBUF);
+
+/// Ask for `bytes` of socket buffer: the forced option (needs CAP_NET_ADMIN) or the plain one
+/// (capped by the system maximum).
+fn set_buf(sock: &UdpSocket, bytes: usize, (forced, plain): (libc::c_int, libc::c_int)) {
     use std::os::fd::AsRawFd;
     let v = bytes as libc::c_int;
     let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     let p = &v as *const libc::c_int as *const libc::c_void;
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: valid fd, pointer to a c_int of the given length.
-        let r = unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, p, len) };
-        if r == 0 {
-            return;
-        }
+    // SAFETY: valid fd, pointer to a c_int of the given length.
+    let r = unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, forced, p, len) };
+    if r == 0 {
+        return;
     }
     // SAFETY: valid fd, pointer to a c_int of the given length.
-    unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, p, len) };
+    unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, plain, p, len) };
 }
 
 /// Copy the user's SGE array.
