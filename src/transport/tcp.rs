@@ -373,6 +373,11 @@ impl TcpTransport {
         Ok(self.pump_sends(sends)? | self.pump_recvs(recvs, on_recv)?)
     }
 
+    /// The busy-poll budget bootstrap chose (zero when ranks outnumber this host's cores).
+    pub(crate) fn spin(&self) -> Duration {
+        self.spin
+    }
+
     /// Whether queued operations remain.
     pub(crate) fn busy(&self) -> bool {
         self.sq.iter().chain(self.rq.iter()).any(Queue::pending)

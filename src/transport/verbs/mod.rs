@@ -334,7 +334,8 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     // Every receive is posted on this rank; wait until the same holds everywhere.
     tcp_round(&mut tcp, &peers, 1, 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
     let links = pending.into_iter().map(|p| p.map(|p| p.link)).collect();
-    let spin = cfg.spin.unwrap_or(Duration::from_micros(50));
+    // Same rule as TCP: busy-poll only when this host has a core per rank.
+    let spin = tcp.spin();
     tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
     let over_tcp = (0..size).map(|p| tcp_peers.contains(&p)).collect();
     Ok(VerbsTransport { rank, size, links, over_tcp, tcp, spin, aborted: false })
