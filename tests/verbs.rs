@@ -111,7 +111,14 @@ fn verbs_worker() {
         "suite" => {
             let g = boltccl::init().expect("init");
             let ring = g.config().algo == Algo::Ring;
-            println!("RESULT {:x}", suite(&g, !ring));
+            let d = format!("{:x}", suite(&g, !ring));
+            // What the same workload gives in-process: real hardware must give the same bits.
+            let cfg = g.config();
+            if std::env::var("BOLTCCL_TEST_REFERENCE").is_ok() {
+                let want = reference_digest_with(g.size(), cfg.algo, cfg.chunk_bytes, cfg.mesh_max_bytes);
+                println!("REFERENCE {want} {}", if want == d { "MATCH" } else { "DIFFERS" });
+            }
+            println!("RESULT {d}");
         }
         "sums" => {
             let g = boltccl::init().expect("init");
@@ -145,8 +152,11 @@ fn verbs_worker() {
 
 /// The in-process reference digest for the same workload and settings.
 fn reference_digest(n: usize, algo: Algo) -> String {
-    let cfg =
-        Config { algo, chunk_bytes: 64, mesh_max_bytes: 256, timeout: Duration::from_secs(20), ..Config::default() };
+    reference_digest_with(n, algo, 64, 256)
+}
+
+fn reference_digest_with(n: usize, algo: Algo, chunk_bytes: usize, mesh_max_bytes: usize) -> String {
+    let cfg = Config { algo, chunk_bytes, mesh_max_bytes, timeout: Duration::from_secs(20), ..Config::default() };
     let groups = Group::local_world_with(n, &cfg);
     let hs: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g, algo != Algo::Ring))).collect();
     let d: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();

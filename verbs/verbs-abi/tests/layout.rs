@@ -407,11 +407,20 @@ fn checks() -> Vec<Check> {
 
 #[test]
 fn layouts_match_real_header() {
-    let header = Path::new("/usr/include/infiniband/verbs.h");
+    // VERBS_ABI_INCLUDE names another include directory, e.g. the macOS SDK's
+    // (`$(xcrun --show-sdk-path)/usr/include`) to check against Apple's header.
+    // VERBS_ABI_REQUIRE=1 (CI) turns a missing header into a failure instead of a skip.
+    let include = std::env::var("VERBS_ABI_INCLUDE").unwrap_or_else(|_| "/usr/include".into());
+    let header = Path::new(&include).join("infiniband/verbs.h");
     if !header.exists() {
+        assert!(
+            std::env::var("VERBS_ABI_REQUIRE").as_deref() != Ok("1"),
+            "{} is missing and VERBS_ABI_REQUIRE=1",
+            header.display()
+        );
         eprintln!(
             "SKIPPED layouts_match_real_header: {} not installed \
-             (apt-get install -y libibverbs-dev)",
+             (apt-get install -y libibverbs-dev, or set VERBS_ABI_INCLUDE)",
             header.display()
         );
         return;
@@ -432,6 +441,7 @@ fn layouts_match_real_header() {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .arg("-std=gnu11")
+        .arg(format!("-I{include}"))
         .arg("-o")
         .arg(&exe)
         .arg(&c_path)
@@ -463,5 +473,5 @@ fn layouts_match_real_header() {
         checks.len(),
         mismatches.join("\n")
     );
-    eprintln!("layout: {} checks match <infiniband/verbs.h>", checks.len());
+    eprintln!("layout: {} checks match {}", checks.len(), header.display());
 }
