@@ -51,6 +51,17 @@ env_vars! {
     LOG = "BOLTCCL_LOG", "warn", "Log filter (tracing EnvFilter syntax): error, warn, info, debug, trace.";
 }
 
+impl Backend {
+    /// Name as accepted by `BOLTCCL_BACKEND`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Tcp => "tcp",
+            Backend::Verbs => "verbs",
+            Backend::Auto => "auto",
+        }
+    }
+}
+
 /// Which transport to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -318,6 +329,11 @@ impl Config {
             (MESH_MAX_BYTES.to_string(), self.mesh_max_bytes.to_string()),
             (TCP_STREAMS.to_string(), self.tcp_streams.to_string()),
             ("world size".to_string(), self.world_size.to_string()),
+            // After `auto` is resolved: one rank on RDMA and another on TCP must not meet.
+            (
+                "transport (BOLTCCL_BACKEND; auto picks tcp where RDMA is unavailable)".to_string(),
+                self.backend.name().to_string(),
+            ),
         ]
     }
 }

@@ -98,9 +98,13 @@ fn mix(a: u32, b: u32, c: u32) -> u32 {
 /// `BOLTCCL_BACKEND=auto`: verbs when a device matrix is configured and the verbs library
 /// and devices are there, else TCP — saying why in the log.
 fn auto_transport(cfg: &Config) -> Result<Box<dyn Transport>> {
+    // Bootstrap checks the resolved choice like any agreed setting, so a node without RDMA
+    // is named at start-up instead of failing on the first collective.
+    let tcp = Config { backend: Backend::Tcp, ..cfg.clone() };
+    let cfg = &Config { backend: Backend::Verbs, ..cfg.clone() };
     if cfg.ibv_devices.is_none() {
         tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured (BOLTCCL_IBV_DEVICES), using TCP");
-        return Ok(Box::new(crate::bootstrap::connect(cfg)?));
+        return Ok(Box::new(crate::bootstrap::connect(&tcp)?));
     }
     // Decide before any rank connects, from what this node has, so that ranks only disagree
     // when their nodes differ (and then bootstrap's version/settings check does not help:
@@ -109,11 +113,11 @@ fn auto_transport(cfg: &Config) -> Result<Box<dyn Transport>> {
         Ok(names) if !names.is_empty() => Ok(Box::new(crate::transport::verbs::connect(cfg)?)),
         Ok(_) => {
             tracing::warn!("BOLTCCL_BACKEND=auto: the verbs library lists no RDMA device; using TCP");
-            Ok(Box::new(crate::bootstrap::connect(cfg)?))
+            Ok(Box::new(crate::bootstrap::connect(&tcp)?))
         }
         Err(e) => {
             tracing::warn!("BOLTCCL_BACKEND=auto: RDMA unavailable ({e}); using TCP");
-            Ok(Box::new(crate::bootstrap::connect(cfg)?))
+            Ok(Box::new(crate::bootstrap::connect(&tcp)?))
         }
     }
 }

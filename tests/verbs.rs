@@ -100,6 +100,11 @@ fn outputs_ok(outs: &[RankOutput]) -> Vec<String> {
         .collect()
 }
 
+/// `boltccl::init`, panicking with the error's message (what a user sees), not its Debug form.
+fn init_or_panic() -> Group {
+    boltccl::init().unwrap_or_else(|e| panic!("init failed: {e}"))
+}
+
 /// The rank-process side of every multi-process test here; what it runs is chosen by
 /// BOLTCCL_TEST_WORKLOAD.
 #[test]
@@ -109,7 +114,7 @@ fn verbs_worker() {
     }
     match std::env::var("BOLTCCL_TEST_WORKLOAD").as_deref().unwrap_or("suite") {
         "suite" => {
-            let g = boltccl::init().expect("init");
+            let g = init_or_panic();
             let ring = g.config().algo == Algo::Ring;
             let d = format!("{:x}", suite(&g, !ring));
             // What the same workload gives in-process: real hardware must give the same bits.
@@ -121,7 +126,7 @@ fn verbs_worker() {
             println!("RESULT {d}");
         }
         "sums" => {
-            let g = boltccl::init().expect("init");
+            let g = init_or_panic();
             let p = g.size() as f32;
             for round in 0..8 {
                 let mut x: Vec<f32> = (0..50_000).map(|i| ((i + round + g.rank()) % 31) as f32).collect();
@@ -134,11 +139,17 @@ fn verbs_worker() {
             println!("RESULT ok");
         }
         "die" => {
-            let g = boltccl::init().expect("init");
+            let g = init_or_panic();
             let mut x = vec![1.0f32; 1000];
             g.all_sum(&mut x).expect("first all_sum");
             if g.rank() == 1 {
-                std::process::exit(3);
+                // As in the field: a crash inside the provider kills one worker silently.
+                // SAFETY: restoring the default action (Rust's handler only catches stack
+                // overflows and would return) and raising the signal: the process dies.
+                unsafe {
+                    libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+                    libc::raise(libc::SIGSEGV);
+                }
             }
             let t = Instant::now();
             let e = g.all_sum(&mut x).expect_err("rank 1 is gone");
@@ -258,6 +269,72 @@ fn dead_peer_is_reported_quickly() {
         let ms: u64 = r.split(" after ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
         assert!(ms < 5_000, "rank {} took {ms} ms to notice (timeout is 30 s): {r}", o.rank);
         assert!(r.contains("rank 1"), "rank {}: the culprit is not named: {r}", o.rank);
+    }
+}
+
+/// Spawn the worker for `n` ranks with `env`, plus `extra[rank]` for single ranks.
+fn spawn_with(n: usize, env: &[(&str, String)], extra: &[(usize, &str, &str)]) -> Ranks {
+    let port = free_port();
+    let mut ranks = Ranks { children: vec![] };
+    for rank in 0..n {
+        let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+        c.args(["--exact", "verbs_worker", "--nocapture", "--test-threads=1"])
+            .env("BOLTCCL_TEST_ROLE", "worker")
+            .env("BOLTCCL_RANK", rank.to_string())
+            .env("BOLTCCL_WORLD_SIZE", n.to_string())
+            .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
+            .env("BOLTCCL_JOB_KEY", "k")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        for (_, k, v) in extra.iter().filter(|(r, _, _)| *r == rank) {
+            c.env(k, v);
+        }
+        ranks.children.push(c.spawn().unwrap());
+    }
+    ranks
+}
+
+/// "Couldn't allocate protection domain" on one node, during start-up: that rank names the
+/// verb, cause and fix; the others say which rank failed and why, not a stale errno
+/// (JACCL's "Recv failed with errno=2").
+#[test]
+fn protection_domain_failure_on_one_rank_is_explained_everywhere() {
+    // softverbs counts query_port and two query_gid first: the 4th counted verb is alloc_pd.
+    let outs = spawn_with(3, &verbs_env(3), &[(1, "SOFTVERBS_FAIL_AFTER", "3")]).wait(Duration::from_secs(60));
+    for o in &outs {
+        assert!(!o.status.success(), "rank {} should have failed", o.rank);
+        let text = format!("{}{}", o.stdout, o.stderr);
+        println!("rank {}: {}", o.rank, text.lines().find(|l| l.contains("init")).unwrap_or(""));
+        assert!(text.contains("allocating a protection domain"), "rank {}: {text}", o.rank);
+        assert!(text.contains("port is down") && text.contains("reboot"), "rank {}: {text}", o.rank);
+        if o.rank != 1 {
+            assert!(text.contains("rank 1 aborted the group"), "rank {}: {text}", o.rank);
+        }
+        assert!(o.elapsed < Duration::from_secs(20), "rank {} took {:?}", o.rank, o.elapsed);
+    }
+}
+
+/// `auto` on a node without RDMA next to nodes with it: refused at start-up, naming the rank.
+#[test]
+fn auto_disagreement_is_named_at_start_up() {
+    let port = free_port();
+    let hs: Vec<_> = (0..2)
+        .map(|r| {
+            let mut cfg = thread_cfg(r, 2, port, Duration::from_secs(5));
+            cfg.backend = Backend::Auto;
+            if r == 1 {
+                cfg.ibv_library = Some("/nonexistent/libibverbs.so.1".into());
+            }
+            std::thread::spawn(move || Group::new(cfg).err().map(|e| e.to_string()))
+        })
+        .collect();
+    for h in hs {
+        let e = h.join().unwrap().expect("mixed transports must not form a group");
+        println!("{e}");
+        assert!(e.contains("rank 1") && e.contains("RDMA is unavailable") && e.contains("=tcp"), "{e}");
     }
 }
 
