@@ -7,7 +7,7 @@
 use crate::transport::verbs::errors::{hint, Verb};
 use crate::transport::verbs::ffi::Context;
 use crate::transport::verbs::loader::{install_hint, Verbs};
-use crate::transport::verbs::topology::DeviceMatrix;
+use crate::transport::verbs::topology::{same_subnet, DeviceMatrix};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -213,7 +213,9 @@ fn check_device(verbs: &std::sync::Arc<Verbs>, name: &str) -> (Option<DeviceInfo
         format!("{name} limits"),
         format!("{limits}; boltccl uses 1 QP and 2 MRs per peer (Apple allows 10 QPs and ~100 MRs per device)"),
     ));
-    let prefix = name.strip_prefix("rdma_").and_then(|iface| interface_ipv4(iface).map(|(_, p)| p));
+    let prefix = name
+        .strip_prefix("rdma_")
+        .and_then(|iface| crate::transport::verbs::topology::interface_ipv4(iface).map(|(_, p)| p));
     let info = DeviceInfo {
         name: name.to_string(),
         active,
@@ -224,38 +226,6 @@ fn check_device(verbs: &std::sync::Arc<Verbs>, name: &str) -> (Option<DeviceInfo
         max_mr,
     };
     (Some(info), f)
-}
-
-/// The first IPv4 address and prefix length of interface `iface`.
-pub fn interface_ipv4(iface: &str) -> Option<(Ipv4Addr, u8)> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list we free below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = head;
-    while !cur.is_null() && found.is_none() {
-        // SAFETY: a node of the list getifaddrs returned, valid until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        // SAFETY: ifa_name is a NUL-terminated string.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy();
-        if name == iface && !ifa.ifa_addr.is_null() && !ifa.ifa_netmask.is_null() {
-            // SAFETY: non-null sockaddr; its family says which struct it is.
-            if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET {
-                // SAFETY: AF_INET addresses are sockaddr_in (the netmask too).
-                let (a, m) = unsafe {
-                    (*(ifa.ifa_addr as *const libc::sockaddr_in), *(ifa.ifa_netmask as *const libc::sockaddr_in))
-                };
-                let addr = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-                found = Some((addr, u32::from_be(m.sin_addr.s_addr).count_ones() as u8));
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: freed once.
-    unsafe { libc::freeifaddrs(head) };
-    found
 }
 
 /// macOS checks: OS version, `rdma_ctl status`, Thunderbolt Bridge.
@@ -392,11 +362,6 @@ pub fn check_versions(reports: &[NodeReport]) -> Vec<Finding> {
         ));
     }
     f
-}
-
-fn same_subnet(a: Ipv4Addr, b: Ipv4Addr, prefix: u8) -> bool {
-    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix.min(32)) };
-    u32::from(a) & mask == u32::from(b) & mask
 }
 
 /// The shape the cabling forms.

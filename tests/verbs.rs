@@ -724,3 +724,99 @@ fn doctor_sees_the_software_devices() {
         println!("{f}");
     }
 }
+
+/// Two ranks in two namespaces joined by two veth pairs ("cables"), each on its own /24, with
+/// strict reverse-path filtering so a packet that leaves by the wrong cable is dropped, as it
+/// would never arrive over a Thunderbolt cable that goes elsewhere. The device matrix lists
+/// the cables in opposite orders on the two ranks: boltccl must match them by subnet (a
+/// crossed pairing would time out), then stripe messages over both.
+#[test]
+fn two_cables_listed_in_different_orders_are_matched() {
+    let tag = std::process::id() % 10_000;
+    let mut ns = MeshNetns { names: vec![], tag };
+    let names = [format!("bcclc{tag}_0"), format!("bcclc{tag}_1")];
+    let dev = |c: usize, end: char| format!("bx{tag}{c}{end}");
+    let mut ok = true;
+    for n in &names {
+        ok &= ip(&["netns", "add", n]);
+        if ok {
+            ns.names.push(n.clone());
+        }
+    }
+    for c in 0..2 {
+        let (a, b) = (dev(c, 'a'), dev(c, 'b'));
+        ok = ok
+            && ip(&["link", "add", &a, "netns", &names[0], "type", "veth", "peer", &b, "netns", &names[1]])
+            && ip(&["-n", &names[0], "addr", "add", &format!("10.253.{c}.1/24"), "dev", &a])
+            && ip(&["-n", &names[1], "addr", "add", &format!("10.253.{c}.2/24"), "dev", &b])
+            && ip(&["-n", &names[0], "link", "set", &a, "up"])
+            && ip(&["-n", &names[1], "link", "set", &b, "up"]);
+    }
+    for n in &names {
+        ok = ok && ip(&["-n", n, "link", "set", "lo", "up"]);
+        for key in ["net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.default.rp_filter=1"] {
+            ok = ok
+                && std::process::Command::new("ip")
+                    .args(["netns", "exec", n, "sysctl", "-qw", key])
+                    .status()
+                    .is_ok_and(|s| s.success());
+        }
+        for c in 0..2 {
+            let end = if n == &names[0] { 'a' } else { 'b' };
+            let key = format!("net.ipv4.conf.{}.rp_filter=1", dev(c, end));
+            ok = ok
+                && std::process::Command::new("ip")
+                    .args(["netns", "exec", n, "sysctl", "-qw", &key])
+                    .status()
+                    .is_ok_and(|s| s.success());
+        }
+    }
+    if !ok {
+        eprintln!("SKIPPED two_cables_listed_in_different_orders_are_matched: cannot set up namespaces (needs root, iproute2 and sysctl)");
+        return;
+    }
+    // Row 0: cable 0 then 1. Row 1: cable 1 then 0.
+    let m = matrix_file(
+        "twocables",
+        &format!(
+            r#"[[null,["rdma_{}","rdma_{}"]],[["rdma_{}","rdma_{}"],null]]"#,
+            dev(0, 'a'),
+            dev(1, 'a'),
+            dev(1, 'b'),
+            dev(0, 'b')
+        ),
+    );
+    let port = 29_000 + (std::process::id() % 1000) as u16 + 1000;
+    let mut ranks = Ranks { children: vec![] };
+    for (k, name) in names.iter().enumerate() {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", name])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "verbs_worker", "--nocapture", "--test-threads=1"])
+            .env("BOLTCCL_TEST_ROLE", "worker")
+            .env("BOLTCCL_RANK", k.to_string())
+            .env("BOLTCCL_WORLD_SIZE", "2")
+            .env("BOLTCCL_COORDINATOR", format!("10.253.0.1:{port}"))
+            .env("BOLTCCL_JOB_KEY", "k")
+            .env("BOLTCCL_CHUNK_BYTES", "64")
+            .env("BOLTCCL_MESH_MAX_BYTES", "256")
+            .env("BOLTCCL_TIMEOUT_MS", "5000")
+            .env("BOLTCCL_LOG", "boltccl=info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        for (key, v) in verbs_env_with(m.clone()) {
+            c.env(key, v);
+        }
+        ranks.children.push(c.spawn().unwrap());
+    }
+    let outs = ranks.wait(Duration::from_secs(120));
+    let d = outputs_ok(&outs);
+    assert_eq!(d[0], d[1]);
+    assert_eq!(d[0], reference_digest(2, Algo::Auto));
+    assert!(
+        outs.iter().any(|o| o.stderr.contains("listed in another order there: matched by subnet")),
+        "the crossed listing was not noticed:\n{}",
+        outs[0].stderr
+    );
+    drop(ns);
+}

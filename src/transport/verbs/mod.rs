@@ -27,7 +27,7 @@ use link::{Link, Shape, LINK_HDR};
 use loader::Verbs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use topology::DeviceMatrix;
+use topology::{DeviceMatrix, MAX_CABLES};
 use verbs_abi::*;
 
 /// Apple's largest message; rdma-core devices allow more, but one size keeps peers agreed.
@@ -211,8 +211,9 @@ fn bring_up(p: &mut Pending, peer: &Endpoint) -> Result<()> {
 pub struct VerbsTransport {
     rank: usize,
     size: usize,
-    /// `links[peer]`; `None` for this rank.
-    links: Vec<Option<Link>>,
+    /// `links[peer][cable]`, cables in the lower rank's order; empty for this rank and for
+    /// peers reached over TCP. A message goes on cable `part % cables`.
+    links: Vec<Vec<Link>>,
     /// Peers without an RDMA device: their messages go over the TCP mesh.
     over_tcp: Vec<bool>,
     /// Bootstrap mesh: the control channel (aborts, dead peers) and the uncabled pairs.
@@ -221,27 +222,95 @@ pub struct VerbsTransport {
     aborted: bool,
 }
 
-/// A TCP round with every peer: send `mine(peer)`, receive `len` bytes from each.
+/// A TCP round with every peer: send `mine(peer)`, receive `len(peer)` bytes from each.
 fn tcp_round(
     tcp: &mut TcpTransport,
     peers: &[usize],
     seq: u32,
-    len: usize,
+    len: impl Fn(usize) -> usize,
     mine: impl Fn(usize) -> Vec<u8>,
     timeout: Duration,
 ) -> Result<Vec<Vec<u8>>> {
-    let h =
-        Header::data(Coll::Barrier, u32::MAX, seq, crate::DType::U8, crate::ReduceOp::Sum, len as u64, 0).piece(0, len);
+    let h = |n: usize| {
+        Header::data(Coll::Barrier, u32::MAX, seq, crate::DType::U8, crate::ReduceOp::Sum, n as u64, 0).piece(0, n)
+    };
     let payloads: Vec<Vec<u8>> = peers.iter().map(|&p| mine(p)).collect();
     let sends: Vec<SendOp<'_>> =
-        peers.iter().zip(&payloads).map(|(&peer, d)| SendOp { peer, header: h, data: d }).collect();
-    let mut bufs: Vec<Vec<u8>> = peers.iter().map(|_| vec![0u8; len]).collect();
+        peers.iter().zip(&payloads).map(|(&peer, d)| SendOp { peer, header: h(d.len()), data: d }).collect();
+    let mut bufs: Vec<Vec<u8>> = peers.iter().map(|&p| vec![0u8; len(p)]).collect();
     let mut recvs: Vec<RecvOp<'_>> =
-        peers.iter().zip(bufs.iter_mut()).map(|(&peer, b)| RecvOp { peer, expect: h, buf: b }).collect();
+        peers.iter().zip(bufs.iter_mut()).map(|(&peer, b)| RecvOp { peer, expect: h(b.len()), buf: b }).collect();
     let limits = Limits { timeout, op: "RDMA set-up", interrupt: None };
     tcp.exchange(&sends, &mut recvs, &mut |_, _| Ok(()), &limits)?;
     drop(recvs);
     Ok(bufs)
+}
+
+/// Bring up the queue pairs toward `peer`, one per cable, given the peer's endpoints (in its
+/// own cable order). Returns the links in the lower rank's cable order.
+fn connect_peer(rank: usize, peer: usize, mut mine: Vec<Pending>, blob: &[u8], shape: Shape) -> Result<Vec<Link>> {
+    let eps: Vec<Endpoint> = blob
+        .chunks(ENDPOINT_LEN)
+        .map(Endpoint::decode)
+        .collect::<Option<_>>()
+        .filter(|e: &Vec<Endpoint>| e.len() == mine.len())
+        .ok_or_else(|| Error::Protocol { from: format!("rank {peer}"), detail: "malformed RDMA endpoints".into() })?;
+    if let Some(ep) = eps.iter().find(|ep| ep.slot as usize != shape.slot) {
+        return Err(Error::Mismatch {
+            rank: peer,
+            what: format!("RDMA packet size {} here, {} there: set the same BOLTCCL_CHUNK_BYTES", shape.slot, ep.slot),
+        });
+    }
+    // Which cable is which: the matrix may list a pair's cables in a different order on the
+    // two ranks (interface numbers change after re-cabling). Match by subnet when the
+    // addresses tell; otherwise assume the listed order.
+    let perm = if mine.len() == 1 {
+        vec![0]
+    } else {
+        let here: Vec<_> = mine
+            .iter()
+            .map(|l| {
+                let ip = l.gids[0].1.ipv4_mapped().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+                let iface = l.link.ctx.name().strip_prefix("rdma_").unwrap_or("");
+                (ip, topology::interface_ipv4(iface).map(|(_, prefix)| prefix))
+            })
+            .collect();
+        let there: Vec<_> = eps
+            .iter()
+            .map(|e| ibv_gid { raw: e.gid }.ipv4_mapped().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED))
+            .collect();
+        match topology::match_cables(&here, &there) {
+            Some(perm) => {
+                if perm.iter().enumerate().any(|(x, &y)| x != y) {
+                    tracing::info!(
+                        peer,
+                        ?perm,
+                        "the cables toward this rank are listed in another order there: matched by subnet"
+                    );
+                }
+                perm
+            }
+            None => {
+                tracing::warn!(
+                    peer,
+                    "cannot tell which of the {} cables toward rank {peer} is which from their addresses; assuming \
+                     the same order on both ranks (give each cable its own subnet, e.g. a /30, to have them matched)",
+                    mine.len()
+                );
+                (0..mine.len()).collect()
+            }
+        }
+    };
+    let mut links: Vec<Option<Link>> = (0..mine.len()).map(|_| None).collect();
+    for (x, mut l) in mine.drain(..).enumerate() {
+        let ep = &eps[perm[x]];
+        bring_up(&mut l, ep)?;
+        l.link.post_all_receives(ep.recv_depth as usize)?;
+        // Both ranks number cables in the lower rank's order, so `part % cables` agrees.
+        let logical = if rank < peer { x } else { perm[x] };
+        links[logical] = Some(l.link);
+    }
+    Ok(links.into_iter().map(|l| l.expect("a permutation fills every cable")).collect())
 }
 
 /// Form a verbs mesh as `cfg` describes (the device matrix is required).
@@ -268,21 +337,35 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
     let peers: Vec<usize> = (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p)).collect();
 
+    let cables: Vec<&[String]> = (0..size).map(|p| matrix.cells[rank][p].as_slice()).collect();
+    for &p in &peers {
+        let (here, there) = (cables[p].len(), matrix.cells[p][rank].len());
+        if here != there || here > MAX_CABLES {
+            return Err(Error::Config(format!(
+                "{}: rank {rank} lists {here} cable(s) toward rank {p} but rank {p} lists {there} toward rank {rank} \
+                 (each pair needs the same count on both sides, at most {MAX_CABLES})",
+                path.display()
+            )));
+        }
+    }
+
     let mut tcp = crate::bootstrap::connect(cfg)?;
     let fail = |tcp: &mut TcpTransport, e: Error| -> Error {
         tcp.abort(&e);
         e
     };
-    // Local set-up. On error every object made so far is dropped (released) here.
-    let mut pending: Vec<Option<Pending>> = (0..size).map(|_| None).collect();
+    // Local set-up: one queue pair per cable. On error every object made so far is dropped
+    // (released) on the way out.
+    let mut pending: Vec<Vec<Pending>> = (0..size).map(|_| Vec::new()).collect();
     let mut local_err = None;
-    for &p in &peers {
-        // Several cables per pair: this version uses the first listed.
-        match open_link(&verbs, &matrix.cells[rank][p][0], p, shape) {
-            Ok(l) => pending[p] = Some(l),
-            Err(e) => {
-                local_err = Some(e);
-                break;
+    'open: for &p in &peers {
+        for device in cables[p] {
+            match open_link(&verbs, device, p, shape) {
+                Ok(l) => pending[p].push(l),
+                Err(e) => {
+                    local_err = Some(e);
+                    break 'open;
+                }
             }
         }
     }
@@ -292,48 +375,32 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     }
     let timeout = cfg.init_timeout;
     let mine = |p: usize| {
-        let l = pending[p].as_ref().expect("every peer has a link");
-        Endpoint {
-            gid: l.gids[0].1.bytes(),
-            qpn: l.link.qp.qp_num(),
-            psn: l.psn,
-            mtu: l.mtu,
-            lid: l.lid,
-            recv_depth: shape.recv_depth as u32,
-            slot: shape.slot as u32,
-            failed: 0,
+        let mut blob = Vec::with_capacity(pending[p].len() * ENDPOINT_LEN);
+        for l in &pending[p] {
+            let ep = Endpoint {
+                gid: l.gids[0].1.bytes(),
+                qpn: l.link.qp.qp_num(),
+                psn: l.psn,
+                mtu: l.mtu,
+                lid: l.lid,
+                recv_depth: shape.recv_depth as u32,
+                slot: shape.slot as u32,
+                failed: 0,
+            };
+            blob.extend_from_slice(&ep.encode());
         }
-        .encode()
-        .to_vec()
+        blob
     };
-    let theirs = tcp_round(&mut tcp, &peers, 0, ENDPOINT_LEN, mine, timeout)?;
-    let mut up = Vec::with_capacity(peers.len());
+    let theirs = tcp_round(&mut tcp, &peers, 0, |p| cables[p].len() * ENDPOINT_LEN, mine, timeout)?;
+    let mut links: Vec<Vec<Link>> = (0..size).map(|_| Vec::new()).collect();
     for (&p, blob) in peers.iter().zip(&theirs) {
-        let ep = Endpoint::decode(blob)
-            .ok_or_else(|| Error::Protocol { from: format!("rank {p}"), detail: "malformed RDMA endpoint".into() });
-        let r = ep.and_then(|ep| {
-            if ep.slot as usize != shape.slot {
-                return Err(Error::Mismatch {
-                    rank: p,
-                    what: format!(
-                        "RDMA packet size {} here, {} there: set the same BOLTCCL_CHUNK_BYTES",
-                        shape.slot, ep.slot
-                    ),
-                });
-            }
-            let pl = pending[p].as_mut().expect("link");
-            bring_up(pl, &ep)?;
-            pl.link.post_all_receives(ep.recv_depth as usize)?;
-            Ok(())
-        });
-        if let Err(e) = r {
-            return Err(fail(&mut tcp, e));
+        match connect_peer(rank, p, std::mem::take(&mut pending[p]), blob, shape) {
+            Ok(l) => links[p] = l,
+            Err(e) => return Err(fail(&mut tcp, e)),
         }
-        up.push(p);
     }
     // Every receive is posted on this rank; wait until the same holds everywhere.
-    tcp_round(&mut tcp, &peers, 1, 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
-    let links = pending.into_iter().map(|p| p.map(|p| p.link)).collect();
+    tcp_round(&mut tcp, &peers, 1, |_| 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
     // Same rule as TCP: busy-poll only when this host has a core per rank.
     let spin = tcp.spin();
     tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
@@ -342,11 +409,11 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
 }
 
 impl VerbsTransport {
-    fn link(&mut self, peer: usize) -> Result<&mut Link> {
-        self.links
-            .get_mut(peer)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| Error::Internal(format!("no RDMA link to rank {peer}")))
+    fn link(&mut self, peer: usize, part: u32) -> Result<&mut Link> {
+        let cables = self.links.get_mut(peer).filter(|l| !l.is_empty());
+        let cables = cables.ok_or_else(|| Error::Internal(format!("no RDMA link to rank {peer}")))?;
+        let n = cables.len();
+        Ok(&mut cables[part as usize % n])
     }
 
     fn run(
@@ -366,12 +433,12 @@ impl VerbsTransport {
         }
         for (i, s) in sends.iter().enumerate() {
             if !self.over_tcp[s.peer] {
-                self.link(s.peer)?.add_send(i);
+                self.link(s.peer, s.header.part)?.add_send(i);
             }
         }
         for (i, r) in recvs.iter().enumerate() {
             if !self.over_tcp[r.peer] {
-                self.link(r.peer)?.add_recv(i);
+                self.link(r.peer, r.expect.part)?.add_recv(i);
             }
         }
         let mut last_progress = Instant::now();
