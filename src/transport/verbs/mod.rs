@@ -49,8 +49,8 @@ struct Endpoint {
     lid: u16,
     recv_depth: u32,
     slot: u32,
-    /// Non-zero when set-up failed on that rank (it also aborts over TCP).
-    failed: u32,
+    /// Zero; room for a flag without changing the size (a failing rank aborts over TCP).
+    reserved: u32,
 }
 
 const ENDPOINT_LEN: usize = 48;
@@ -67,7 +67,7 @@ impl Endpoint {
         b[32..34].copy_from_slice(&self.lid.to_le_bytes());
         b[36..40].copy_from_slice(&self.recv_depth.to_le_bytes());
         b[40..44].copy_from_slice(&self.slot.to_le_bytes());
-        b[44..48].copy_from_slice(&self.failed.to_le_bytes());
+        b[44..48].copy_from_slice(&self.reserved.to_le_bytes());
         b
     }
 
@@ -81,7 +81,7 @@ impl Endpoint {
             lid: u16::from_le_bytes([b[32], b[33]]),
             recv_depth: u32_at(36),
             slot: u32_at(40),
-            failed: u32_at(44),
+            reserved: u32_at(44),
         })
     }
 }
@@ -385,7 +385,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
                 lid: l.lid,
                 recv_depth: shape.recv_depth as u32,
                 slot: shape.slot as u32,
-                failed: 0,
+                reserved: 0,
             };
             blob.extend_from_slice(&ep.encode());
         }
@@ -534,7 +534,8 @@ mod tests {
 
     #[test]
     fn endpoint_round_trips_and_rejects_garbage() {
-        let e = Endpoint { gid: [7; 16], qpn: 9, psn: 0xabcdef, mtu: 5, lid: 3, recv_depth: 16, slot: 104, failed: 0 };
+        let e =
+            Endpoint { gid: [7; 16], qpn: 9, psn: 0xabcdef, mtu: 5, lid: 3, recv_depth: 16, slot: 104, reserved: 0 };
         assert_eq!(Endpoint::decode(&e.encode()), Some(e));
         assert_eq!(Endpoint::decode(&[0u8; ENDPOINT_LEN]), None);
         assert_eq!(Endpoint::decode(&e.encode()[..40]), None);
