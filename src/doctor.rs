@@ -563,6 +563,24 @@ mod tests {
     }
 
     #[test]
+    fn gather_reads_each_hosts_json_over_ssh() {
+        let a = node("a", &[("rdma_en2", [10, 0, 0, 1])]);
+        let json = serde_json::to_string(&a).unwrap();
+        let run = move |cmd: &str, args: &[&str]| -> Option<String> {
+            assert_eq!(cmd, "ssh");
+            match args.iter().find(|x| x.starts_with("host-")) {
+                Some(&"host-a") => Some(format!("motd banner\n{json}\n")),
+                Some(&"host-b") => Some("bash: boltccl: command not found".into()),
+                _ => None,
+            }
+        };
+        let r = gather(&["host-a".into(), "host-b".into()], &run);
+        assert_eq!(r[0].as_ref().unwrap(), &a);
+        let e = r[1].as_ref().unwrap_err();
+        assert!(e.contains("host-b") && e.contains("is boltccl installed there"), "{e}");
+    }
+
+    #[test]
     fn local_check_without_a_library_says_what_to_install() {
         let r = check_local(Some(Path::new("/nonexistent/libibverbs.so.1")), &|_, _| None);
         assert_eq!(r.findings[0].severity, Severity::Error);
