@@ -45,7 +45,21 @@ env_vars! {
     LOCAL_WORLD_SIZE = "BOLTCCL_LOCAL_WORLD_SIZE", "", "Ranks on this host (set by the launcher; used to decide whether busy-polling is safe).";
     HOSTFILE = "BOLTCCL_HOSTFILE", "", "JSON hostfile: a list of lists of \"ip:port\" per rank (MLX ring format), or MLX launcher host entries. Falls back to MLX_HOSTFILE.";
     IBV_DEVICES = "BOLTCCL_IBV_DEVICES", "", "Path to the JSON N x N RDMA device matrix (MLX format). Falls back to MLX_IBV_DEVICES.";
+    IBV_LIBRARY = "BOLTCCL_IBV_LIBRARY", "", "Verbs library to load instead of the default (librdma.dylib on macOS, libibverbs.so.1 elsewhere), e.g. the softverbs test double.";
+    IBV_RECV_DEPTH = "BOLTCCL_IBV_RECV_DEPTH", "16", "Receives kept posted per RDMA queue pair (2..=32; Apple's provider fails past about 62, 32 is safe). Sets each peer's send credits.";
+    IBV_SEND_DEPTH = "BOLTCCL_IBV_SEND_DEPTH", "8", "Sends in flight per RDMA queue pair (1..=32): bounds outstanding work requests and staging memory.";
     LOG = "BOLTCCL_LOG", "warn", "Log filter (tracing EnvFilter syntax): error, warn, info, debug, trace.";
+}
+
+impl Backend {
+    /// Name as accepted by `BOLTCCL_BACKEND`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Tcp => "tcp",
+            Backend::Verbs => "verbs",
+            Backend::Auto => "auto",
+        }
+    }
 }
 
 /// Which transport to use.
@@ -119,6 +133,12 @@ pub struct Config {
     pub hosts: Option<Vec<Vec<String>>>,
     /// RDMA device matrix path.
     pub ibv_devices: Option<PathBuf>,
+    /// Verbs library override (`BOLTCCL_IBV_LIBRARY`).
+    pub ibv_library: Option<PathBuf>,
+    /// Receives posted per queue pair (the peer's send credits).
+    pub ibv_recv_depth: usize,
+    /// Sends in flight per queue pair.
+    pub ibv_send_depth: usize,
 }
 
 impl Default for Config {
@@ -140,6 +160,9 @@ impl Default for Config {
             local_world_size: None,
             hosts: None,
             ibv_devices: None,
+            ibv_library: None,
+            ibv_recv_depth: 16,
+            ibv_send_depth: 8,
         }
     }
 }
@@ -226,6 +249,13 @@ impl Config {
             cfg.local_world_size = Some(parse_num(&var, &v)?);
         }
         cfg.ibv_devices = first(&[IBV_DEVICES, "MLX_IBV_DEVICES", "JACCL_IBV_DEVICES"]).map(|(_, v)| v.into());
+        cfg.ibv_library = first(&[IBV_LIBRARY]).map(|(_, v)| v.into());
+        if let Some((var, v)) = first(&[IBV_RECV_DEPTH]) {
+            cfg.ibv_recv_depth = parse_num(&var, &v)?;
+        }
+        if let Some((var, v)) = first(&[IBV_SEND_DEPTH]) {
+            cfg.ibv_send_depth = parse_num(&var, &v)?;
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -267,6 +297,15 @@ impl Config {
                 )));
             }
         }
+        if !(2..=32).contains(&self.ibv_recv_depth) {
+            return Err(Error::Config(format!(
+                "{IBV_RECV_DEPTH}={}: must be between 2 and 32 (Apple's provider rejects deeper receive queues)",
+                self.ibv_recv_depth
+            )));
+        }
+        if !(1..=32).contains(&self.ibv_send_depth) {
+            return Err(Error::Config(format!("{IBV_SEND_DEPTH}={}: must be between 1 and 32", self.ibv_send_depth)));
+        }
         if self.timeout.is_zero() || self.init_timeout.is_zero() {
             return Err(Error::Config("timeouts must be positive".into()));
         }
@@ -292,6 +331,11 @@ impl Config {
             ("world size".to_string(), self.world_size.to_string()),
             // The element-type numbering is wire format: a rank built with another is refused.
             ("element types".to_string(), crate::dtype::DType::ALL.map(|d| d.name()).join(",")),
+            // After `auto` is resolved: one rank on RDMA and another on TCP must not meet.
+            (
+                "transport (BOLTCCL_BACKEND; auto picks tcp where RDMA is unavailable)".to_string(),
+                self.backend.name().to_string(),
+            ),
         ]
     }
 }

@@ -98,6 +98,16 @@ pub enum Error {
     #[error("unsupported: {0}")]
     Unsupported(String),
 
+    /// An RDMA verb or completion failed; `what` names the verb, the errno or status, the
+    /// likely cause and the fix.
+    #[error("RDMA device {device}: {what}")]
+    Verbs {
+        /// The device name (e.g. `rdma_en3`).
+        device: String,
+        /// What failed, why, and what to do.
+        what: String,
+    },
+
     /// An earlier communication error broke this group; every later call reports it.
     #[error("group is unusable after an earlier error: {0}")]
     Poisoned(Box<Error>),
@@ -166,6 +176,7 @@ impl Error {
             Error::Io { .. } => ErrorKind::Io,
             Error::Protocol { .. } | Error::Auth { .. } => ErrorKind::Protocol,
             Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::Verbs { .. } => ErrorKind::Io,
             Error::Poisoned(inner) => inner.kind(),
             Error::Busy => ErrorKind::Busy,
             Error::Interrupted { .. } => ErrorKind::Interrupted,

@@ -97,6 +97,33 @@ fn mix(a: u32, b: u32, c: u32) -> u32 {
     (x ^ (x >> 31)) as u32
 }
 
+/// `BOLTCCL_BACKEND=auto`: verbs when a device matrix is configured and the verbs library
+/// and devices are there, else TCP — saying why in the log.
+fn auto_transport(cfg: &Config) -> Result<Box<dyn Transport>> {
+    // Bootstrap checks the resolved choice like any agreed setting, so a node without RDMA
+    // is named at start-up instead of failing on the first collective.
+    let tcp = Config { backend: Backend::Tcp, ..cfg.clone() };
+    let cfg = &Config { backend: Backend::Verbs, ..cfg.clone() };
+    if cfg.ibv_devices.is_none() {
+        tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured (BOLTCCL_IBV_DEVICES), using TCP");
+        return Ok(Box::new(crate::bootstrap::connect(&tcp)?));
+    }
+    // Decide before any rank connects, from what this node has, so that ranks only disagree
+    // when their nodes differ (and then bootstrap's version/settings check does not help:
+    // the verbs set-up fails with a clear error on both sides).
+    match crate::transport::verbs::loader::Verbs::load(cfg.ibv_library.as_deref()).and_then(|v| v.device_names()) {
+        Ok(names) if !names.is_empty() => Ok(Box::new(crate::transport::verbs::connect(cfg)?)),
+        Ok(_) => {
+            tracing::warn!("BOLTCCL_BACKEND=auto: the verbs library lists no RDMA device; using TCP");
+            Ok(Box::new(crate::bootstrap::connect(&tcp)?))
+        }
+        Err(e) => {
+            tracing::warn!("BOLTCCL_BACKEND=auto: RDMA unavailable ({e}); using TCP");
+            Ok(Box::new(crate::bootstrap::connect(&tcp)?))
+        }
+    }
+}
+
 impl Group {
     /// Form a group as `cfg` describes: connects to the coordinator and peers.
     pub fn new(cfg: Config) -> Result<Group> {
@@ -107,21 +134,8 @@ impl Group {
         } else {
             match cfg.backend {
                 Backend::Tcp => Box::new(crate::bootstrap::connect(&cfg)?),
-                Backend::Verbs => {
-                    return Err(Error::Unsupported(
-                        "the RDMA verbs transport is not part of this build yet; use BOLTCCL_BACKEND=tcp".into(),
-                    ))
-                }
-                Backend::Auto => {
-                    if cfg.ibv_devices.is_some() {
-                        tracing::warn!(
-                            "RDMA devices are configured but this build has no verbs transport yet: using TCP"
-                        );
-                    } else {
-                        tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured, using TCP");
-                    }
-                    Box::new(crate::bootstrap::connect(&cfg)?)
-                }
+                Backend::Verbs => Box::new(crate::transport::verbs::connect(&cfg)?),
+                Backend::Auto => auto_transport(&cfg)?,
             }
         };
         Ok(Group::from_transport(transport, cfg))

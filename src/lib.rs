@@ -22,6 +22,7 @@
 pub mod algo;
 mod bootstrap;
 pub mod config;
+pub mod doctor;
 pub mod dtype;
 pub mod error;
 mod group;

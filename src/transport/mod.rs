@@ -9,6 +9,7 @@
 
 pub mod mem;
 pub mod tcp;
+pub mod verbs;
 
 use crate::error::Error;
 use crate::wire::Header;

@@ -215,7 +215,7 @@ impl TcpTransport {
     }
 
     /// Read whatever arrived on the control channels. Returns the error it announces, if any.
-    fn check_control(&mut self) -> Option<Error> {
+    pub(crate) fn check_control(&mut self) -> Option<Error> {
         let mut found = None;
         for peer in 0..self.control.len() {
             let Some(c) = self.control[peer].as_mut().filter(|c| !c.departed) else {
@@ -303,7 +303,7 @@ impl TcpTransport {
     }
 
     /// A data link closed: give the control channel a moment to say why.
-    fn explain(&mut self, err: Error) -> Error {
+    pub(crate) fn explain(&mut self, err: Error) -> Error {
         let until = Instant::now() + EXPLAIN_WAIT;
         while Instant::now() < until {
             if let Some(e @ Error::Aborted { .. }) = self.check_control() {
@@ -346,6 +346,48 @@ impl TcpTransport {
         first(&self.rq).or_else(|| first(&self.sq)).unwrap_or(self.rank)
     }
 
+    /// Queue this exchange's operations whose peer `take` accepts. The verbs transport uses
+    /// it to move the pairs that have no RDMA device over TCP, in its own progress loop.
+    pub(crate) fn begin_subset(&mut self, sends: &[SendOp<'_>], recvs: &[RecvOp<'_>], take: &dyn Fn(usize) -> bool) {
+        for q in self.sq.iter_mut().chain(self.rq.iter_mut()) {
+            q.reset();
+        }
+        for (i, s) in sends.iter().enumerate().filter(|(_, s)| take(s.peer)) {
+            debug_assert_eq!(s.header.len as usize, s.data.len());
+            let q = self.queue_of(s.peer, s.header.part);
+            self.sq[q].ops.push(i);
+        }
+        for (i, r) in recvs.iter().enumerate().filter(|(_, r)| take(r.peer)) {
+            let q = self.queue_of(r.peer, r.expect.part);
+            self.rq[q].ops.push(i);
+        }
+    }
+
+    /// Move what can move without blocking; returns whether anything did.
+    pub(crate) fn pump(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+    ) -> Result<bool, Error> {
+        Ok(self.pump_sends(sends)? | self.pump_recvs(recvs, on_recv)?)
+    }
+
+    /// How bootstrap decided this host's ranks should wait (see [`WaitPolicy`]).
+    pub(crate) fn wait_policy(&self) -> WaitPolicy {
+        self.wait
+    }
+
+    /// Whether queued operations remain.
+    pub(crate) fn busy(&self) -> bool {
+        self.sq.iter().chain(self.rq.iter()).any(Queue::pending)
+    }
+
+    /// The peer the queued operations wait on first, if any.
+    pub(crate) fn waiting_on(&self) -> Option<usize> {
+        self.busy().then(|| self.blocked_on())
+    }
+
     fn run(
         &mut self,
         sends: &[SendOp<'_>],
@@ -353,24 +395,12 @@ impl TcpTransport {
         on_recv: &mut OnRecv<'_>,
         limits: &Limits,
     ) -> Result<(), Error> {
-        for q in self.sq.iter_mut().chain(self.rq.iter_mut()) {
-            q.reset();
-        }
-        for (i, s) in sends.iter().enumerate() {
-            debug_assert_eq!(s.header.len as usize, s.data.len());
-            let q = self.queue_of(s.peer, s.header.part);
-            self.sq[q].ops.push(i);
-        }
-        for (i, r) in recvs.iter().enumerate() {
-            let q = self.queue_of(r.peer, r.expect.part);
-            self.rq[q].ops.push(i);
-        }
+        self.begin_subset(sends, recvs, &|_| true);
         let mut last_progress = Instant::now();
         let mut last_control = last_progress;
         loop {
-            let moved = self.pump_sends(sends)? | self.pump_recvs(recvs, on_recv)?;
-            let busy = self.sq.iter().chain(self.rq.iter()).any(Queue::pending);
-            if !busy {
+            let moved = self.pump(sends, recvs, on_recv)?;
+            if !self.busy() {
                 return Ok(());
             }
             let now = Instant::now();

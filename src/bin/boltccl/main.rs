@@ -1,6 +1,7 @@
-//! The `boltccl` command: launch jobs, benchmark collectives.
+//! The `boltccl` command: launch jobs, benchmark collectives, diagnose RDMA.
 
 mod bench;
+mod doctor;
 mod launch;
 mod plot;
 
@@ -20,13 +21,15 @@ enum Cmd {
     Launch(launch::LaunchArgs),
     /// Measure the collectives (nccl-tests style): `boltccl bench -n 4`.
     Bench(bench::BenchArgs),
+    /// What this node (or `--hosts`) can do for RDMA, what is wrong, and how to fix it.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() {
-    let cli = Cli::parse();
-    let code = match &cli.cmd {
-        Cmd::Launch(a) => launch::run(a),
-        Cmd::Bench(a) => bench::run(a),
+    let code = match Cli::parse().cmd {
+        Cmd::Launch(a) => launch::run(&a),
+        Cmd::Bench(a) => bench::run(&a),
+        Cmd::Doctor(a) => doctor::run(a),
     };
     std::process::exit(code);
 }

@@ -15,9 +15,7 @@ use crate::config::Config;
 use crate::counters::{self, softverbs_counters, Kind};
 use crate::device::{discover, SoftDevice};
 use crate::error::{set_errno, Error};
-use crate::objects::{
-    release, reserve, CqInner, CtxInner, MrEntry, SoftContext, SoftCq, SoftMr, SoftPd,
-};
+use crate::objects::{release, reserve, CqInner, CtxInner, MrEntry, SoftContext, SoftCq, SoftMr, SoftPd};
 use crate::qp::{rx_loop, QpInner};
 use crate::warn_once;
 
@@ -68,10 +66,8 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
             Ok(v) => v,
             Err(e) => return null_err(Error::Io(e)),
         };
-        let mut list: Vec<*mut ibv_device> = infos
-            .into_iter()
-            .map(|i| Box::into_raw(Box::new(SoftDevice::new(i))) as *mut ibv_device)
-            .collect();
+        let mut list: Vec<*mut ibv_device> =
+            infos.into_iter().map(|i| Box::into_raw(Box::new(SoftDevice::new(i))) as *mut ibv_device).collect();
         let n = list.len();
         list.push(null_mut());
         if !num_devices.is_null() {
@@ -206,10 +202,7 @@ unsafe fn ctx_of<'a>(context: *mut ibv_context) -> Result<&'a SoftContext, Error
 /// # Safety
 /// `context` must be live; `attr` must point to a writable `ibv_device_attr`.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_query_device(
-    context: *mut ibv_context,
-    attr: *mut ibv_device_attr,
-) -> c_int {
+pub unsafe extern "C" fn ibv_query_device(context: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: per the function contract.
         let ctx = match unsafe { ctx_of(context) } {
@@ -224,11 +217,7 @@ pub unsafe extern "C" fn ibv_query_device(
         }
         let l = &ctx.inner.cfg.limits;
         let mut a: ibv_device_attr = zeroed();
-        for (d, b) in a
-            .fw_ver
-            .iter_mut()
-            .zip(b"softverbs-0.1 (test double)".iter())
-        {
+        for (d, b) in a.fw_ver.iter_mut().zip(b"softverbs-0.1 (test double)".iter()) {
             *d = *b as c_char;
         }
         let o = ctx.inner.dev.ipv4.octets();
@@ -259,11 +248,7 @@ pub unsafe extern "C" fn ibv_query_device(
 /// # Safety
 /// `context` must be live; `port_attr` must point to a writable (compat) `ibv_port_attr`.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_query_port(
-    context: *mut ibv_context,
-    port_num: u8,
-    port_attr: *mut c_void,
-) -> c_int {
+pub unsafe extern "C" fn ibv_query_port(context: *mut ibv_context, port_num: u8, port_attr: *mut c_void) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: per the function contract.
         let ctx = match unsafe { ctx_of(context) } {
@@ -373,10 +358,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
             return null_err(e);
         }
         let pd = Box::new(SoftPd {
-            ibv: ibv_pd {
-                context,
-                handle: ctx.inner.handle(),
-            },
+            ibv: ibv_pd { context, handle: ctx.inner.handle() },
             ctx: ctx.inner.clone(),
             users: AtomicUsize::new(0),
         });
@@ -430,26 +412,12 @@ fn reg_mr_impl(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_uint
     }
     let h = ctx.handle();
     let key = (h << 8) | 0x5a;
-    ctx.mrs.lock().insert(
-        key,
-        MrEntry {
-            addr: addr as u64,
-            len: length as u64,
-            pd_handle: soft_pd.ibv.handle,
-            access,
-        },
-    );
+    ctx.mrs
+        .lock()
+        .insert(key, MrEntry { addr: addr as u64, len: length as u64, pd_handle: soft_pd.ibv.handle, access });
     soft_pd.users.fetch_add(1, Ordering::SeqCst);
     let mr = Box::new(SoftMr {
-        ibv: ibv_mr {
-            context: soft_pd.ibv.context,
-            pd,
-            addr,
-            length,
-            handle: h,
-            lkey: key,
-            rkey: key,
-        },
+        ibv: ibv_mr { context: soft_pd.ibv.context, pd, addr, length, handle: h, lkey: key, rkey: key },
         ctx: ctx.clone(),
         pd: soft_pd as *const SoftPd,
     });
@@ -462,15 +430,8 @@ fn reg_mr_impl(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_uint
 /// # Safety
 /// `pd` must be live; `[addr, addr+length)` must stay valid until `ibv_dereg_mr`.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    access: c_int,
-) -> *mut ibv_mr {
-    guard(null_mut(), || {
-        reg_mr_impl(pd, addr, length, access as c_uint)
-    })
+pub unsafe extern "C" fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr {
+    guard(null_mut(), || reg_mr_impl(pd, addr, length, access as c_uint))
 }
 
 /// Register a memory region with an IOVA (used by the header's `ibv_reg_mr` macro for
@@ -599,12 +560,8 @@ unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ib
             return 0;
         }
         // SAFETY: cq is a live SoftCq; wc holds num_entries entries (caller's contract).
-        let (soft, out) = unsafe {
-            (
-                &*(cq as *const SoftCq),
-                std::slice::from_raw_parts_mut(wc, num_entries as usize),
-            )
-        };
+        let (soft, out) =
+            unsafe { (&*(cq as *const SoftCq), std::slice::from_raw_parts_mut(wc, num_entries as usize)) };
         match soft.inner.poll(out) {
             Ok(n) => n as c_int,
             Err(()) => -1,
@@ -616,11 +573,7 @@ unsafe extern "C" fn op_req_notify_cq(_cq: *mut ibv_cq, _solicited_only: c_int) 
     libc::EOPNOTSUPP
 }
 
-unsafe extern "C" fn op_post_srq_recv(
-    _srq: *mut c_void,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
+unsafe extern "C" fn op_post_srq_recv(_srq: *mut c_void, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int {
     if !bad_wr.is_null() {
         // SAFETY: bad_wr is a valid out pointer per the verbs contract.
         unsafe { *bad_wr = wr };
@@ -647,10 +600,7 @@ pub(crate) struct SoftQp {
 /// # Safety
 /// `pd` must be live; `attr` must point to a valid `ibv_qp_init_attr` whose CQs are live.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_create_qp(
-    pd: *mut ibv_pd,
-    attr: *mut ibv_qp_init_attr,
-) -> *mut ibv_qp {
+pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard(null_mut(), || {
         if pd.is_null() || attr.is_null() {
             return null_err(Error::Invalid("NULL pd or attr"));
@@ -681,12 +631,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             return null_err(Error::Invalid("cap above the device limits"));
         }
         // SAFETY: the CQs are live SoftCqs per the contract.
-        let (scq, rcq) = unsafe {
-            (
-                &*(a.send_cq as *const SoftCq),
-                &*(a.recv_cq as *const SoftCq),
-            )
-        };
+        let (scq, rcq) = unsafe { (&*(a.send_cq as *const SoftCq), &*(a.recv_cq as *const SoftCq)) };
         if !Arc::ptr_eq(&scq.ctx, &ctx) || !Arc::ptr_eq(&rcq.ctx, &ctx) {
             return null_err(Error::Invalid("CQ belongs to another context"));
         }
@@ -721,17 +666,15 @@ pub unsafe extern "C" fn ibv_create_qp(
         ));
         let thread_qp = inner.clone();
         counters::inc(Kind::RxThreads);
-        let handle = match std::thread::Builder::new()
-            .name(format!("softverbs-rx-{qpn}"))
-            .spawn(move || rx_loop(thread_qp))
-        {
-            Ok(h) => h,
-            Err(e) => {
-                counters::dec(Kind::RxThreads);
-                release(&dev, true);
-                return null_err(Error::Io(e));
-            }
-        };
+        let handle =
+            match std::thread::Builder::new().name(format!("softverbs-rx-{qpn}")).spawn(move || rx_loop(thread_qp)) {
+                Ok(h) => h,
+                Err(e) => {
+                    counters::dec(Kind::RxThreads);
+                    release(&dev, true);
+                    return null_err(Error::Io(e));
+                }
+            };
         ctx.threads.lock().insert(qpn, handle);
         ctx.qps.lock().push(Arc::downgrade(&inner));
         soft_pd.users.fetch_add(1, Ordering::SeqCst);
@@ -781,11 +724,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         if let Some(h) = handle {
             let _ = h.join();
         }
-        inner
-            .ctx
-            .qps
-            .lock()
-            .retain(|w| w.upgrade().is_some_and(|q| !Arc::ptr_eq(&q, inner)));
+        inner.ctx.qps.lock().retain(|w| w.upgrade().is_some_and(|q| !Arc::ptr_eq(&q, inner)));
         release(&inner.ctx.dev.name(), true);
         // SAFETY: PD and CQs cannot be freed while this QP counts as their user.
         unsafe {
@@ -804,11 +743,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 /// # Safety
 /// `qp` must be live; `attr` must point to a valid `ibv_qp_attr`.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_modify_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    attr_mask: c_int,
-) -> c_int {
+pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int {
     guard(libc::EIO, || {
         if qp.is_null() || attr.is_null() {
             return int_err(Error::Invalid("NULL qp or attr"));
@@ -827,11 +762,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     })
 }
 
-unsafe extern "C" fn op_post_send(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad_wr: *mut *mut ibv_send_wr,
-) -> c_int {
+unsafe extern "C" fn op_post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int {
     guard(libc::EIO, || {
         if qp.is_null() {
             return libc::EINVAL;
@@ -855,11 +786,7 @@ unsafe extern "C" fn op_post_send(
     })
 }
 
-unsafe extern "C" fn op_post_recv(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
+unsafe extern "C" fn op_post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int {
     guard(libc::EIO, || {
         if qp.is_null() {
             return libc::EINVAL;

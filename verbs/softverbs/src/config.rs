@@ -112,11 +112,7 @@ fn var(name: &str) -> Option<String> {
 fn parse<T: std::str::FromStr>(name: &'static str) -> Result<Option<T>, Error> {
     match var(name) {
         None => Ok(None),
-        Some(s) => s
-            .trim()
-            .parse::<T>()
-            .map(Some)
-            .map_err(|_| Error::BadEnv(name, s)),
+        Some(s) => s.trim().parse::<T>().map(Some).map_err(|_| Error::BadEnv(name, s)),
     }
 }
 
@@ -139,10 +135,6 @@ impl Config {
             fail_after: parse("SOFTVERBS_FAIL_AFTER")?,
             recv_delay: Duration::from_micros(parse("SOFTVERBS_RECV_DELAY_US")?.unwrap_or(0)),
         };
-        Ok(Config {
-            profile,
-            limits: Limits::of(profile),
-            faults,
-        })
+        Ok(Config { profile, limits: Limits::of(profile), faults })
     }
 }

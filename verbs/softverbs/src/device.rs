@@ -60,10 +60,7 @@ impl SoftDevice {
         fill_cstr(&mut ibv.name, &name);
         fill_cstr(&mut ibv.dev_name, &format!("softverbs_{}", info.ifname));
         fill_cstr(&mut ibv.dev_path, "/nonexistent/softverbs");
-        fill_cstr(
-            &mut ibv.ibdev_path,
-            &format!("/nonexistent/softverbs/{name}"),
-        );
+        fill_cstr(&mut ibv.ibdev_path, &format!("/nonexistent/softverbs/{name}"));
         SoftDevice { ibv, info }
     }
 }
@@ -93,9 +90,7 @@ pub fn discover() -> std::io::Result<Vec<DeviceInfo>> {
         let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
         let ipv4 = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let ifname = unsafe { CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
+        let ifname = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
         if !out.iter().any(|d| d.ifname == ifname) {
             out.push(DeviceInfo { ifname, ipv4 });
         }

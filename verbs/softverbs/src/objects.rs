@@ -18,8 +18,7 @@ use crate::error::Error;
 use crate::qp::QpInner;
 
 /// Per-device usage across the process (QPs and MRs), keyed by device name.
-static DEVICE_USAGE: LazyLock<Mutex<HashMap<String, (usize, usize)>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+static DEVICE_USAGE: LazyLock<Mutex<HashMap<String, (usize, usize)>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// Reserve one QP (`qp == true`) or MR slot on `dev`, or fail when at `limit`.
 pub(crate) fn reserve(dev: &str, qp: bool, limit: usize) -> Result<(), Error> {
@@ -57,12 +56,7 @@ pub(crate) struct MrEntry {
 
 /// True when every SGE lies inside a registered MR of PD `pd_handle` (matching lkey) that
 /// grants the `need` access bits.
-pub(crate) fn sges_valid(
-    mrs: &HashMap<u32, MrEntry>,
-    pd_handle: u32,
-    sges: &[ibv_sge],
-    need: u32,
-) -> bool {
+pub(crate) fn sges_valid(mrs: &HashMap<u32, MrEntry>, pd_handle: u32, sges: &[ibv_sge], need: u32) -> bool {
     sges.iter().all(|s| {
         let Some(mr) = mrs.get(&s.lkey) else {
             return false;
@@ -70,10 +64,7 @@ pub(crate) fn sges_valid(
         let Some(end) = s.addr.checked_add(s.length as u64) else {
             return false;
         };
-        mr.pd_handle == pd_handle
-            && s.addr >= mr.addr
-            && end <= mr.addr + mr.len
-            && (mr.access & need) == need
+        mr.pd_handle == pd_handle && s.addr >= mr.addr && end <= mr.addr + mr.len && (mr.access & need) == need
     })
 }
 
@@ -167,12 +158,7 @@ impl CtxInner {
 
     /// Stop and join every receive thread of this context.
     pub fn stop_all_threads(&self) {
-        let qps: Vec<_> = self
-            .qps
-            .lock()
-            .drain(..)
-            .filter_map(|w| w.upgrade())
-            .collect();
+        let qps: Vec<_> = self.qps.lock().drain(..).filter_map(|w| w.upgrade()).collect();
         for qp in &qps {
             qp.stop.store(true, Ordering::SeqCst);
         }
@@ -217,11 +203,7 @@ pub(crate) struct CqInner {
 
 impl CqInner {
     pub fn new(cap: usize) -> CqInner {
-        CqInner {
-            queue: Mutex::new(VecDeque::with_capacity(cap.min(1024))),
-            cap,
-            overrun: AtomicBool::new(false),
-        }
+        CqInner { queue: Mutex::new(VecDeque::with_capacity(cap.min(1024))), cap, overrun: AtomicBool::new(false) }
     }
 
     /// Add a completion; on overflow the CQ is marked overrun and the entry is lost.

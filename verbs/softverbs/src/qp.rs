@@ -73,13 +73,7 @@ pub(crate) struct QpInner {
 }
 
 fn wc(wr_id: u64, status: ibv_wc_status, opcode: ibv_wc_opcode, qpn: u32) -> ibv_wc {
-    ibv_wc {
-        wr_id,
-        status,
-        opcode,
-        qp_num: qpn,
-        ..Default::default()
-    }
+    ibv_wc { wr_id, status, opcode, qp_num: qpn, ..Default::default() }
 }
 
 /// Required and optional `attr_mask` bits of a UC transition (IB spec, QP state table).
@@ -87,26 +81,16 @@ fn transition_masks(cur: ibv_qp_state, new: ibv_qp_state) -> Option<(i32, i32)> 
     let any = IBV_QP_STATE | IBV_QP_CUR_STATE;
     Some(match (cur, new) {
         (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => (IBV_QP_STATE, any),
-        (IBV_QPS_RESET, IBV_QPS_INIT) => (
-            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-            0,
-        ),
-        (IBV_QPS_INIT, IBV_QPS_INIT) => (
-            0,
-            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-        ),
+        (IBV_QPS_RESET, IBV_QPS_INIT) => (IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0),
+        (IBV_QPS_INIT, IBV_QPS_INIT) => (0, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
         (IBV_QPS_INIT, IBV_QPS_RTR) => (
             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
             IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
         ),
-        (IBV_QPS_RTR, IBV_QPS_RTS) => (
-            IBV_QP_STATE | IBV_QP_SQ_PSN,
-            any | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE,
-        ),
-        (IBV_QPS_RTS, IBV_QPS_RTS) => (
-            0,
-            any | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE,
-        ),
+        (IBV_QPS_RTR, IBV_QPS_RTS) => {
+            (IBV_QP_STATE | IBV_QP_SQ_PSN, any | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE)
+        }
+        (IBV_QPS_RTS, IBV_QPS_RTS) => (0, any | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE),
         _ => return None,
     })
 }
@@ -116,6 +100,10 @@ impl QpInner {
     pub fn bind(ctx: &CtxInner) -> Result<(UdpSocket, u32), Error> {
         let sock = UdpSocket::bind(SocketAddrV4::new(ctx.dev.ipv4, 0))?;
         set_rcvbuf(&sock, RCVBUF_BYTES);
+        // Hardware post_send never blocks. A blocking send_to on a full socket buffer would
+        // (behind a rate-limited link), stalling the caller's other queue pairs: give sends
+        // the same room as receives.
+        set_buf(&sock, RCVBUF_BYTES, SNDBUF_OPTS);
         let port = match sock.local_addr()? {
             SocketAddr::V4(a) => a.port(),
             SocketAddr::V6(_) => return Err(Error::Invalid("bound an IPv6 socket")),
@@ -174,8 +162,7 @@ impl QpInner {
         };
         if complete {
             for id in flushed {
-                self.recv_cq
-                    .push(wc(id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, self.qpn));
+                self.recv_cq.push(wc(id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, self.qpn));
             }
         }
     }
@@ -188,20 +175,13 @@ impl QpInner {
         if mask & IBV_QP_CUR_STATE != 0 && attr.cur_qp_state != cur {
             return Err(Error::Invalid("cur_qp_state does not match the QP state"));
         }
-        let new = if mask & IBV_QP_STATE != 0 {
-            attr.qp_state
-        } else {
-            cur
-        };
-        let (required, optional) =
-            transition_masks(cur, new).ok_or(Error::Invalid("invalid QP state transition"))?;
+        let new = if mask & IBV_QP_STATE != 0 { attr.qp_state } else { cur };
+        let (required, optional) = transition_masks(cur, new).ok_or(Error::Invalid("invalid QP state transition"))?;
         if mask & required != required {
             return Err(Error::Invalid("attr_mask lacks a required attribute"));
         }
         if mask & !(required | optional) != 0 {
-            return Err(Error::Invalid(
-                "attr_mask has an attribute not allowed here",
-            ));
+            return Err(Error::Invalid("attr_mask has an attribute not allowed here"));
         }
         if mask & IBV_QP_PORT != 0 && attr.port_num != 1 {
             return Err(Error::Invalid("port_num must be 1"));
@@ -216,33 +196,21 @@ impl QpInner {
                 .ok_or(Error::Invalid("path_mtu invalid or above the port MTU"))?;
             let ah = &attr.ah_attr;
             if ah.is_global == 0 {
-                return Err(Error::Invalid(
-                    "ah_attr.is_global must be 1 (GID addressing)",
-                ));
+                return Err(Error::Invalid("ah_attr.is_global must be 1 (GID addressing)"));
             }
             if ah.port_num > 1 {
                 return Err(Error::Invalid("ah_attr.port_num must be 1"));
             }
             let gids = self.ctx.dev.gids();
-            let sgid = gids
-                .get(ah.grh.sgid_index as usize)
-                .ok_or(Error::Invalid("sgid_index out of the GID table"))?;
+            let sgid = gids.get(ah.grh.sgid_index as usize).ok_or(Error::Invalid("sgid_index out of the GID table"))?;
             if sgid.ipv4_mapped().is_none() {
                 return Err(Error::Invalid("sgid_index is not an IPv4-mapped GID"));
             }
-            let dip = ah
-                .grh
-                .dgid
-                .ipv4_mapped()
-                .ok_or(Error::Invalid("dgid is not an IPv4-mapped GID"))?;
+            let dip = ah.grh.dgid.ipv4_mapped().ok_or(Error::Invalid("dgid is not an IPv4-mapped GID"))?;
             if attr.dest_qp_num == 0 || attr.dest_qp_num > 0xffff {
                 return Err(Error::Invalid("dest_qp_num is not a softverbs QP number"));
             }
-            rtr = Some((
-                mtu,
-                SocketAddrV4::new(dip, attr.dest_qp_num as u16),
-                attr.dest_qp_num,
-            ));
+            rtr = Some((mtu, SocketAddrV4::new(dip, attr.dest_qp_num as u16), attr.dest_qp_num));
         }
         // All checks passed: apply.
         if mask & IBV_QP_ACCESS_FLAGS != 0 {
@@ -285,8 +253,7 @@ impl QpInner {
         }
         let sges = read_sges(wr.sg_list, wr.num_sge);
         if state == IBV_QPS_ERR {
-            self.recv_cq
-                .push(wc(wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, self.qpn));
+            self.recv_cq.push(wc(wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, self.qpn));
             return Ok(());
         }
         // SOFTVERBS_RECV_DELAY_US: the rank posts its receive late (the call itself is slow).
@@ -303,10 +270,7 @@ impl QpInner {
         if outstanding >= limit {
             return Err(Error::NoMem("too many outstanding receives"));
         }
-        rq.wqes.push_back(RecvWqe {
-            wr_id: wr.wr_id,
-            sges,
-        });
+        rq.wqes.push_back(RecvWqe { wr_id: wr.wr_id, sges });
         Ok(())
     }
 
@@ -323,8 +287,7 @@ impl QpInner {
         };
         let signaled = self.sq_sig_all || wr.send_flags & IBV_SEND_SIGNALED != 0;
         if state == IBV_QPS_ERR {
-            self.send_cq
-                .push(wc(wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, self.qpn));
+            self.send_cq.push(wc(wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, self.qpn));
             return Ok(());
         }
         if state != IBV_QPS_RTS {
@@ -346,8 +309,7 @@ impl QpInner {
             return Err(Error::Invalid("inline send above max_inline_data"));
         }
         let fail = |status| {
-            self.send_cq
-                .push(wc(wr.wr_id, status, IBV_WC_SEND, self.qpn));
+            self.send_cq.push(wc(wr.wr_id, status, IBV_WC_SEND, self.qpn));
             self.enter_error();
             Ok(())
         };
@@ -388,12 +350,7 @@ impl QpInner {
                 gather(&sges, off, &mut dgram[HDR_LEN..HDR_LEN + len]);
             }
             if self.ctx.roll_drop() {
-                tracing::debug!(
-                    qpn = self.qpn,
-                    psn,
-                    idx,
-                    "softverbs: dropped datagram (fault)"
-                );
+                tracing::debug!(qpn = self.qpn, psn, idx, "softverbs: dropped datagram (fault)");
                 continue;
             }
             if let Err(e) = self.sock.send_to(&dgram[..HDR_LEN + len], peer) {
@@ -434,30 +391,17 @@ impl QpInner {
             if h.frag_idx == 0 {
                 if let Some(old) = rq.cur.take() {
                     // The previous message lost a fragment: drop it, keep its receive.
-                    tracing::debug!(
-                        qpn = self.qpn,
-                        seq = old.msg_seq,
-                        "softverbs: incomplete message dropped"
-                    );
+                    tracing::debug!(qpn = self.qpn, seq = old.msg_seq, "softverbs: incomplete message dropped");
                     rq.wqes.push_front(old.wqe);
                 }
                 rq.discarding = None;
                 if rq.wqes.is_empty() {
-                    tracing::debug!(
-                        qpn = self.qpn,
-                        seq = h.msg_seq,
-                        "softverbs: no receive posted, message dropped"
-                    );
+                    tracing::debug!(qpn = self.qpn, seq = h.msg_seq, "softverbs: no receive posted, message dropped");
                     rq.discarding = Some(h.msg_seq);
                     return;
                 }
                 let wqe = rq.wqes.pop_front().expect("checked non-empty");
-                let ok = sges_valid(
-                    &self.ctx.mrs(),
-                    self.pd_handle,
-                    &wqe.sges,
-                    IBV_ACCESS_LOCAL_WRITE,
-                );
+                let ok = sges_valid(&self.ctx.mrs(), self.pd_handle, &wqe.sges, IBV_ACCESS_LOCAL_WRITE);
                 let cap: u64 = wqe.sges.iter().map(|s| s.length as u64).sum();
                 if !ok {
                     error = Some((wqe.wr_id, IBV_WC_LOC_PROT_ERR));
@@ -503,12 +447,7 @@ impl QpInner {
                         drop(mrs);
                         let a = rq.cur.take().expect("checked");
                         drop(rq);
-                        self.recv_cq.push(wc(
-                            a.wqe.wr_id,
-                            IBV_WC_LOC_PROT_ERR,
-                            IBV_WC_RECV,
-                            self.qpn,
-                        ));
+                        self.recv_cq.push(wc(a.wqe.wr_id, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, self.qpn));
                         self.enter_error();
                         return;
                     }
@@ -547,9 +486,9 @@ pub(crate) fn rx_loop(qp: Arc<QpInner>) {
     let mut timeout = IDLE_POLL;
     while !qp.stop.load(Ordering::SeqCst) {
         let want = match held.front() {
-            Some((due, ..)) => due
-                .saturating_duration_since(Instant::now())
-                .clamp(Duration::from_micros(100), IDLE_POLL),
+            Some((due, ..)) => {
+                due.saturating_duration_since(Instant::now()).clamp(Duration::from_micros(100), IDLE_POLL)
+            }
             None => IDLE_POLL,
         };
         if want != timeout {
@@ -581,28 +520,33 @@ pub(crate) fn rx_loop(qp: Arc<QpInner>) {
 }
 
 fn set_rcvbuf(sock: &UdpSocket, bytes: usize) {
+    set_buf(sock, bytes, RCVBUF_OPTS)
+}
+
+/// (forced option, plain option) for the receive and send buffer sizes.
+#[cfg(target_os = "linux")]
+const RCVBUF_OPTS: (libc::c_int, libc::c_int) = (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+#[cfg(target_os = "linux")]
+const SNDBUF_OPTS: (libc::c_int, libc::c_int) = (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+#[cfg(not(target_os = "linux"))]
+const RCVBUF_OPTS: (libc::c_int, libc::c_int) = (libc::SO_RCVBUF, libc::SO_RCVBUF);
+#[cfg(not(target_os = "linux"))]
+const SNDBUF_OPTS: (libc::c_int, libc::c_int) = (libc::SO_SNDBUF, libc::SO_SNDBUF);
+
+/// Ask for `bytes` of socket buffer: the forced option (needs CAP_NET_ADMIN) or the plain one
+/// (capped by the system maximum).
+fn set_buf(sock: &UdpSocket, bytes: usize, (forced, plain): (libc::c_int, libc::c_int)) {
     use std::os::fd::AsRawFd;
     let v = bytes as libc::c_int;
     let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     let p = &v as *const libc::c_int as *const libc::c_void;
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: valid fd, pointer to a c_int of the given length.
-        let r = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                p,
-                len,
-            )
-        };
-        if r == 0 {
-            return;
-        }
+    // SAFETY: valid fd, pointer to a c_int of the given length.
+    let r = unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, forced, p, len) };
+    if r == 0 {
+        return;
     }
     // SAFETY: valid fd, pointer to a c_int of the given length.
-    unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, p, len) };
+    unsafe { libc::setsockopt(sock.as_raw_fd(), libc::SOL_SOCKET, plain, p, len) };
 }
 
 /// Copy the user's SGE array.
@@ -648,13 +592,7 @@ fn scatter(sges: &[ibv_sge], mut off: usize, data: &[u8]) {
         let n = (len - off).min(data.len() - done);
         // SAFETY: the SGE was checked against a registered MR with local write access and the
         // message length against the buffer capacity; the buffer belongs to the posted receive.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data[done..].as_ptr(),
-                (s.addr as usize + off) as *mut u8,
-                n,
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data[done..].as_ptr(), (s.addr as usize + off) as *mut u8, n) };
         done += n;
         off = 0;
         if done == data.len() {

@@ -29,11 +29,7 @@ fn build_pingpong_once() -> Option<PathBuf> {
         return None;
     }
     let lib = lib_dir();
-    assert!(
-        lib.join("libsoftverbs.so").exists(),
-        "libsoftverbs.so not found in {}",
-        lib.display()
-    );
+    assert!(lib.join("libsoftverbs.so").exists(), "libsoftverbs.so not found in {}", lib.display());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("softverbs-c");
     std::fs::create_dir_all(&out_dir).unwrap();
@@ -49,11 +45,7 @@ fn build_pingpong_once() -> Option<PathBuf> {
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .output()
         .expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&out.stderr));
     Some(exe)
 }
 
@@ -70,14 +62,7 @@ impl Proc {
     }
 
     /// Spawn in network namespace `netns` (via `ip netns exec`) using device `dev`.
-    fn spawn_in(
-        netns: Option<&str>,
-        dev: &str,
-        exe: &Path,
-        role: &'static str,
-        iters: u32,
-        size: u32,
-    ) -> Proc {
+    fn spawn_in(netns: Option<&str>, dev: &str, exe: &Path, role: &'static str, iters: u32, size: u32) -> Proc {
         let mut cmd = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -106,12 +91,7 @@ impl Proc {
                 }
             }
         });
-        Proc {
-            child,
-            stdin,
-            lines: rx,
-            name: role,
-        }
+        Proc { child, stdin, lines: rx, name: role }
     }
 
     fn expect(&mut self, prefix: &str) -> String {
@@ -132,11 +112,7 @@ impl Proc {
 
     fn finish(mut self) {
         let line = self.expect("DONE");
-        assert_eq!(
-            line, "DONE 0 0 0 0 0 0 0",
-            "{}: objects leaked after teardown",
-            self.name
-        );
+        assert_eq!(line, "DONE 0 0 0 0 0 0 0", "{}: objects leaked after teardown", self.name);
         for _ in 0..200 {
             if let Some(st) = self.child.try_wait().unwrap() {
                 assert!(st.success(), "{} exited with {st}", self.name);
@@ -194,12 +170,7 @@ struct Netns {
 
 impl Netns {
     fn sh(args: &[&str]) -> bool {
-        Command::new("ip")
-            .args(args)
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false)
+        Command::new("ip").args(args).stderr(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
     }
 
     fn create(tag: u32) -> Option<Netns> {
@@ -210,13 +181,9 @@ impl Netns {
         if !Netns::sh(&["netns", "add", &a]) {
             return None;
         }
-        let ns = Netns {
-            names: [a.clone(), b.clone()],
-        };
+        let ns = Netns { names: [a.clone(), b.clone()] };
         let ok = Netns::sh(&["netns", "add", &b])
-            && Netns::sh(&[
-                "link", "add", &va, "netns", &a, "type", "veth", "peer", &vb, "netns", &b,
-            ])
+            && Netns::sh(&["link", "add", &va, "netns", &a, "type", "veth", "peer", &vb, "netns", &b])
             && Netns::sh(&["-n", &a, "addr", "add", &format!("{net}.1/24"), "dev", &va])
             && Netns::sh(&["-n", &b, "addr", "add", &format!("{net}.2/24"), "dev", &vb])
             && Netns::sh(&["-n", &a, "link", "set", &va, "up"])
@@ -240,25 +207,13 @@ fn c_pingpong_across_network_namespaces() {
     let Some(exe) = build_pingpong() else { return };
     let tag = std::process::id() % 10_000;
     let Some(ns) = Netns::create(tag) else {
-        eprintln!("SKIPPED c_pingpong_across_network_namespaces: cannot create network namespaces (needs root and iproute2)");
+        eprintln!(
+            "SKIPPED c_pingpong_across_network_namespaces: cannot create network namespaces (needs root and iproute2)"
+        );
         return;
     };
-    let server = Proc::spawn_in(
-        Some(&ns.names[0]),
-        &format!("rdma_sva{tag}"),
-        &exe,
-        "server",
-        50,
-        100_000,
-    );
-    let client = Proc::spawn_in(
-        Some(&ns.names[1]),
-        &format!("rdma_svb{tag}"),
-        &exe,
-        "client",
-        50,
-        100_000,
-    );
+    let server = Proc::spawn_in(Some(&ns.names[0]), &format!("rdma_sva{tag}"), &exe, "server", 50, 100_000);
+    let client = Proc::spawn_in(Some(&ns.names[1]), &format!("rdma_svb{tag}"), &exe, "client", 50, 100_000);
     drive(server, client);
 }
 

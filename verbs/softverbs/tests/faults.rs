@@ -13,11 +13,7 @@ use verbs_abi::*;
 fn drop_rate_loses_messages_deterministically() {
     let _g = serial();
     let run = || {
-        let p = Pair::new(
-            &[("SOFTVERBS_DROP_RATE", "0.3"), ("SOFTVERBS_SEED", "7")],
-            &[],
-            IBV_MTU_4096,
-        );
+        let p = Pair::new(&[("SOFTVERBS_DROP_RATE", "0.3"), ("SOFTVERBS_SEED", "7")], &[], IBV_MTU_4096);
         let mut abuf = pattern(64, 1);
         let mut bbuf = vec![0u8; 64 * 32];
         let amr = p.a.reg(&mut abuf, IBV_ACCESS_LOCAL_WRITE);
@@ -28,11 +24,7 @@ fn drop_rate_loses_messages_deterministically() {
         let mut imms = Vec::new();
         for i in 0..32u32 {
             assert_eq!(send_buf(p.aqp, amr, &abuf, i as u64, Some(i)), 0);
-            assert_eq!(
-                poll_ok(p.acq).status,
-                IBV_WC_SUCCESS,
-                "sends complete even when lost"
-            );
+            assert_eq!(poll_ok(p.acq).status, IBV_WC_SUCCESS, "sends complete even when lost");
             // Let each message land before the next so the receive order is deterministic.
             if let Some(r) = poll(p.bcq, Duration::from_millis(30)) {
                 imms.push(u32::from_be(r.imm_data));
@@ -48,11 +40,7 @@ fn drop_rate_loses_messages_deterministically() {
     };
     let first = run();
     let second = run();
-    assert!(
-        first.len() < 32 && first.len() > 10,
-        "30% loss: got {} of 32",
-        first.len()
-    );
+    assert!(first.len() < 32 && first.len() > 10, "30% loss: got {} of 32", first.len());
     assert_eq!(first, second, "same seed, same losses");
     assert_no_leaks();
 }
@@ -97,10 +85,7 @@ fn device_fails_after_n_operations() {
     // ... outstanding receives complete with an error status ...
     let r1 = poll_ok(p.bcq);
     let r2 = poll_ok(p.bcq);
-    assert_eq!(
-        (r1.wr_id, r1.status, r2.wr_id, r2.status),
-        (1, IBV_WC_WR_FLUSH_ERR, 2, IBV_WC_WR_FLUSH_ERR)
-    );
+    assert_eq!((r1.wr_id, r1.status, r2.wr_id, r2.status), (1, IBV_WC_WR_FLUSH_ERR, 2, IBV_WC_WR_FLUSH_ERR));
     // ... later verbs fail too ...
     // SAFETY: live context.
     let pd = unsafe { ibv_alloc_pd(p.b.ctx) };

@@ -28,14 +28,7 @@ fn close_device_stops_threads_and_leaks_show_in_counters() {
     // SAFETY: live context closed once; its children are deliberately leaked.
     assert_eq!(unsafe { ibv_close_device(c.ctx) }, 0);
     let after = live_objects();
-    assert_eq!(
-        after.rx_threads, 0,
-        "closing the context joins its receive threads"
-    );
+    assert_eq!(after.rx_threads, 0, "closing the context joins its receive threads");
     assert_eq!(after.contexts, 0);
-    assert_eq!(
-        (after.qps, after.cqs, after.pds),
-        (2, 1, 1),
-        "the leak is visible"
-    );
+    assert_eq!((after.qps, after.cqs, after.pds), (2, 1, 1), "the leak is visible");
 }

@@ -27,10 +27,7 @@ fn devices_gids_port_and_device_attrs() {
         assert_eq!(ibv_query_gid(c.ctx, 1, 2, &mut g), -1);
         assert_eq!(errno(), libc::EINVAL);
         let mut p = ibv_port_attr::default();
-        assert_eq!(
-            ibv_query_port(c.ctx, 1, (&mut p as *mut ibv_port_attr).cast()),
-            0
-        );
+        assert_eq!(ibv_query_port(c.ctx, 1, (&mut p as *mut ibv_port_attr).cast()), 0);
         assert_eq!(p.state, IBV_PORT_ACTIVE);
         assert_eq!(p.active_mtu, IBV_MTU_4096);
         assert_eq!(p.gid_tbl_len, 2);
@@ -40,12 +37,7 @@ fn devices_gids_port_and_device_attrs() {
         assert_eq!(d.max_qp, 10);
         assert_eq!(d.max_mr, 100);
         assert_eq!(d.phys_port_cnt, 1);
-        assert_eq!(
-            CStr::from_ptr(ibv_get_device_name((*c.ctx).device))
-                .to_str()
-                .unwrap(),
-            "rdma_lo"
-        );
+        assert_eq!(CStr::from_ptr(ibv_get_device_name((*c.ctx).device)).to_str().unwrap(), "rdma_lo");
     }
     c.close();
     let c = Ctx::open_with(&[("SOFTVERBS_PROFILE", "rdma-core")]);
@@ -71,10 +63,7 @@ fn send_recv_fields_and_immediate() {
     assert_eq!(post_recv(p.bqp, lkey(bmr), &mut bbuf, 11), 0);
     assert_eq!(send_buf(p.aqp, amr, &abuf, 21, Some(0xdead_beef)), 0);
     let s = poll_ok(p.acq);
-    assert_eq!(
-        (s.status, s.opcode, s.wr_id),
-        (IBV_WC_SUCCESS, IBV_WC_SEND, 21)
-    );
+    assert_eq!((s.status, s.opcode, s.wr_id), (IBV_WC_SUCCESS, IBV_WC_SEND, 21));
     let r = poll_ok(p.bcq);
     assert_eq!(r.status, IBV_WC_SUCCESS);
     assert_eq!(r.opcode, IBV_WC_RECV);
@@ -90,10 +79,7 @@ fn send_recv_fields_and_immediate() {
     assert_eq!(send_buf(p.aqp, amr, &abuf[..10], 22, None), 0);
     poll_ok(p.acq);
     let r = poll_ok(p.bcq);
-    assert_eq!(
-        (r.wr_id, r.byte_len, r.wc_flags & IBV_WC_WITH_IMM),
-        (12, 10, 0)
-    );
+    assert_eq!((r.wr_id, r.byte_len, r.wc_flags & IBV_WC_WITH_IMM), (12, 10, 0));
 
     dereg(amr);
     dereg(bmr);
@@ -115,10 +101,7 @@ fn message_without_posted_receive_is_dropped() {
     assert!(poll(p.bcq, QUIET).is_none());
     // A receive posted afterwards gets only the next message.
     assert_eq!(post_recv(p.bqp, lkey(bmr), &mut bbuf, 5), 0);
-    assert!(
-        poll(p.bcq, QUIET).is_none(),
-        "the dropped message must not be delivered late"
-    );
+    assert!(poll(p.bcq, QUIET).is_none(), "the dropped message must not be delivered late");
     assert_eq!(send_buf(p.aqp, amr, &abuf[..16], 2, Some(2)), 0);
     poll_ok(p.acq);
     let r = poll_ok(p.bcq);
@@ -169,10 +152,7 @@ fn bad_lkey_or_range_is_loc_prot_err() {
     let s = poll_ok(p.acq);
     assert_eq!(s.status, IBV_WC_SUCCESS);
     let rc = post_send(p.aqp, lkey(amr), abuf.as_ptr() as u64 + 32, 64, 3, None);
-    assert_eq!(
-        rc, 0,
-        "protection errors are reported by completion, not by post_send"
-    );
+    assert_eq!(rc, 0, "protection errors are reported by completion, not by post_send");
     let s = poll_ok(p.acq);
     assert_eq!((s.wr_id, s.status), (3, IBV_WC_LOC_PROT_ERR));
     dereg(amr);
@@ -224,16 +204,10 @@ fn multi_megabyte_message_is_fragmented_and_reassembled() {
     for round in 0..2u64 {
         bbuf.iter_mut().for_each(|b| *b = 0);
         assert_eq!(post_recv(p.bqp, lkey(bmr), &mut bbuf, round), 0);
-        assert_eq!(
-            send_buf(p.aqp, amr, &abuf, 100 + round, Some(round as u32)),
-            0
-        );
+        assert_eq!(send_buf(p.aqp, amr, &abuf, 100 + round, Some(round as u32)), 0);
         assert_eq!(poll_ok(p.acq).status, IBV_WC_SUCCESS);
         let r = poll_ok(p.bcq);
-        assert_eq!(
-            (r.status, r.byte_len, r.wr_id),
-            (IBV_WC_SUCCESS, len as u32, round)
-        );
+        assert_eq!((r.status, r.byte_len, r.wr_id), (IBV_WC_SUCCESS, len as u32, round));
         assert!(bbuf == abuf, "payload differs after reassembly");
     }
     dereg(amr);
@@ -272,11 +246,7 @@ fn max_message_size_is_enforced() {
 fn message_missing_a_fragment_is_dropped_and_receive_kept() {
     let _g = serial();
     // Only the sender drops datagrams.
-    let p = Pair::new(
-        &[("SOFTVERBS_DROP_RATE", "0.5"), ("SOFTVERBS_SEED", "42")],
-        &[],
-        IBV_MTU_1024,
-    );
+    let p = Pair::new(&[("SOFTVERBS_DROP_RATE", "0.5"), ("SOFTVERBS_SEED", "42")], &[], IBV_MTU_1024);
     let mut abuf = pattern(16 * 1024, 4);
     let mut bbuf = vec![0u8; 16 * 1024];
     let amr = p.a.reg(&mut abuf, IBV_ACCESS_LOCAL_WRITE);
@@ -291,10 +261,7 @@ fn message_missing_a_fragment_is_dropped_and_receive_kept() {
     // by the broken ones, so the first complete message lands in wr_id 77.
     let mut got = None;
     for i in 0..64 {
-        assert_eq!(
-            send_buf(p.aqp, amr, &abuf[..100], 1000 + i, Some(i as u32)),
-            0
-        );
+        assert_eq!(send_buf(p.aqp, amr, &abuf[..100], 1000 + i, Some(i as u32)), 0);
         poll_ok(p.acq);
         if let Some(r) = poll(p.bcq, Duration::from_millis(50)) {
             got = Some(r);
@@ -315,9 +282,7 @@ fn eleventh_qp_fails_with_ebusy() {
     let _g = serial();
     let c = Ctx::open();
     let cq = c.cq(16);
-    let mut qps: Vec<_> = (0..10)
-        .map(|_| c.try_qp(cq, IBV_QPT_UC, 8).expect("first 10 QPs"))
-        .collect();
+    let mut qps: Vec<_> = (0..10).map(|_| c.try_qp(cq, IBV_QPT_UC, 8).expect("first 10 QPs")).collect();
     assert_eq!(c.try_qp(cq, IBV_QPT_UC, 8), Err(libc::EBUSY));
     // The limit is per device, not per context.
     let c2 = Ctx::open();
@@ -413,38 +378,16 @@ fn state_machine_and_rtr_gid_index() {
     let mut a = rtr_attr(qpn(peer), gid, 1, IBV_MTU_1024);
     assert_eq!(modify(qp, &mut a, RTR_MASK), libc::EINVAL);
     // INIT without PORT.
-    let mut i = ibv_qp_attr {
-        qp_state: IBV_QPS_INIT,
-        port_num: 1,
-        ..Default::default()
-    };
-    assert_eq!(
-        modify(
-            qp,
-            &mut i,
-            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS
-        ),
-        libc::EINVAL
-    );
+    let mut i = ibv_qp_attr { qp_state: IBV_QPS_INIT, port_num: 1, ..Default::default() };
+    assert_eq!(modify(qp, &mut i, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS), libc::EINVAL);
     // INIT with a UD-only attribute (QKEY).
     assert_eq!(
-        modify(
-            qp,
-            &mut i,
-            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY
-        ),
+        modify(qp, &mut i, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY),
         libc::EINVAL
     );
     // INIT on port 2.
     i.port_num = 2;
-    assert_eq!(
-        modify(
-            qp,
-            &mut i,
-            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS
-        ),
-        libc::EINVAL
-    );
+    assert_eq!(modify(qp, &mut i, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), libc::EINVAL);
     assert_eq!(to_init(qp), 0);
     // SAFETY: live QP.
     assert_eq!(unsafe { (*qp).state }, IBV_QPS_INIT);
@@ -458,10 +401,7 @@ fn state_machine_and_rtr_gid_index() {
     assert_eq!(modify(qp, &mut a, RTR_MASK), libc::EINVAL);
     // RTR without DEST_QPN.
     let mut a = rtr_attr(qpn(peer), gid, 1, IBV_MTU_1024);
-    assert_eq!(
-        modify(qp, &mut a, RTR_MASK & !IBV_QP_DEST_QPN),
-        libc::EINVAL
-    );
+    assert_eq!(modify(qp, &mut a, RTR_MASK & !IBV_QP_DEST_QPN), libc::EINVAL);
     // RTR to a non-IPv4-mapped destination GID.
     let mut a = rtr_attr(qpn(peer), c.gid(0), 1, IBV_MTU_1024);
     assert_eq!(modify(qp, &mut a, RTR_MASK), libc::EINVAL);
@@ -470,19 +410,13 @@ fn state_machine_and_rtr_gid_index() {
     assert_eq!(modify(qp, &mut a, RTR_MASK), 0);
     assert_eq!(post_send(qp, 0, 0, 0, 1, None), libc::EINVAL);
     // RTS without SQ_PSN.
-    let mut r = ibv_qp_attr {
-        qp_state: IBV_QPS_RTS,
-        ..Default::default()
-    };
+    let mut r = ibv_qp_attr { qp_state: IBV_QPS_RTS, ..Default::default() };
     assert_eq!(modify(qp, &mut r, IBV_QP_STATE), libc::EINVAL);
     assert_eq!(to_rts(qp), 0);
     // SAFETY: live QP.
     assert_eq!(unsafe { (*qp).state }, IBV_QPS_RTS);
     // RDMA write is not supported (send/recv only).
-    let mut wr = ibv_send_wr {
-        opcode: IBV_WR_RDMA_WRITE,
-        ..Default::default()
-    };
+    let mut wr = ibv_send_wr { opcode: IBV_WR_RDMA_WRITE, ..Default::default() };
     let mut bad = null_mut();
     // SAFETY: live QP; call through the ops table.
     let rc = unsafe { ((*(*qp).context).ops.post_send.unwrap())(qp, &mut wr, &mut bad) };
@@ -507,17 +441,7 @@ fn counters_track_objects_and_threads() {
     assert_no_leaks();
     let p = Pair::default_pair();
     let c = live_objects();
-    assert_eq!(
-        (
-            c.contexts,
-            c.pds,
-            c.cqs,
-            c.qps,
-            c.rx_threads,
-            c.device_lists
-        ),
-        (2, 2, 2, 2, 2, 0)
-    );
+    assert_eq!((c.contexts, c.pds, c.cqs, c.qps, c.rx_threads, c.device_lists), (2, 2, 2, 2, 2, 0));
     let mut out = softverbs_counters::default();
     // SAFETY: valid out pointer.
     assert_eq!(unsafe { softverbs_live_objects(&mut out) }, 0);

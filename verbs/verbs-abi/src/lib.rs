@@ -390,11 +390,9 @@ pub type compat_slot = Option<unsafe extern "C" fn() -> *mut c_void>;
 #[derive(Clone, Copy)]
 pub struct ibv_context_ops {
     /// Placeholder (old query_device).
-    pub _compat_query_device:
-        Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int>,
+    pub _compat_query_device: Option<unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int>,
     /// Placeholder (old query_port).
-    pub _compat_query_port:
-        Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut c_void) -> c_int>,
+    pub _compat_query_port: Option<unsafe extern "C" fn(*mut ibv_context, u8, *mut c_void) -> c_int>,
     /// Placeholder.
     pub _compat_alloc_pd: compat_slot,
     /// Placeholder.
@@ -432,8 +430,7 @@ pub struct ibv_context_ops {
     /// Placeholder.
     pub _compat_destroy_srq: compat_slot,
     /// Post to a shared receive queue.
-    pub post_srq_recv:
-        Option<unsafe extern "C" fn(*mut c_void, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
+    pub post_srq_recv: Option<unsafe extern "C" fn(*mut c_void, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
     /// Placeholder.
     pub _compat_create_qp: compat_slot,
     /// Placeholder.
@@ -443,11 +440,9 @@ pub struct ibv_context_ops {
     /// Placeholder.
     pub _compat_destroy_qp: compat_slot,
     /// Post send work requests (`ibv_post_send`).
-    pub post_send:
-        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
+    pub post_send: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int>,
     /// Post receive work requests (`ibv_post_recv`).
-    pub post_recv:
-        Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
+    pub post_recv: Option<unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int>,
     /// Placeholder.
     pub _compat_create_ah: compat_slot,
     /// Placeholder.
@@ -1011,12 +1006,7 @@ pub struct ibv_recv_wr {
 
 impl Default for ibv_recv_wr {
     fn default() -> Self {
-        ibv_recv_wr {
-            wr_id: 0,
-            next: std::ptr::null_mut(),
-            sg_list: std::ptr::null_mut(),
-            num_sge: 0,
-        }
+        ibv_recv_wr { wr_id: 0, next: std::ptr::null_mut(), sg_list: std::ptr::null_mut(), num_sge: 0 }
     }
 }
 

@@ -133,25 +133,12 @@ pub fn modify(qp: *mut ibv_qp, attr: &mut ibv_qp_attr, mask: i32) -> i32 {
 }
 
 pub fn to_init(qp: *mut ibv_qp) -> i32 {
-    let mut a = ibv_qp_attr {
-        qp_state: IBV_QPS_INIT,
-        port_num: 1,
-        ..Default::default()
-    };
-    modify(
-        qp,
-        &mut a,
-        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-    )
+    let mut a = ibv_qp_attr { qp_state: IBV_QPS_INIT, port_num: 1, ..Default::default() };
+    modify(qp, &mut a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
 }
 
 pub fn rtr_attr(dest_qpn: u32, dgid: ibv_gid, sgid_index: u8, mtu: u32) -> ibv_qp_attr {
-    let mut a = ibv_qp_attr {
-        qp_state: IBV_QPS_RTR,
-        path_mtu: mtu,
-        dest_qp_num: dest_qpn,
-        ..Default::default()
-    };
+    let mut a = ibv_qp_attr { qp_state: IBV_QPS_RTR, path_mtu: mtu, dest_qp_num: dest_qpn, ..Default::default() };
     a.ah_attr.is_global = 1;
     a.ah_attr.port_num = 1;
     a.ah_attr.grh.hop_limit = 1;
@@ -160,14 +147,10 @@ pub fn rtr_attr(dest_qpn: u32, dgid: ibv_gid, sgid_index: u8, mtu: u32) -> ibv_q
     a
 }
 
-pub const RTR_MASK: i32 =
-    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+pub const RTR_MASK: i32 = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
 
 pub fn to_rts(qp: *mut ibv_qp) -> i32 {
-    let mut a = ibv_qp_attr {
-        qp_state: IBV_QPS_RTS,
-        ..Default::default()
-    };
+    let mut a = ibv_qp_attr { qp_state: IBV_QPS_RTS, ..Default::default() };
     modify(qp, &mut a, IBV_QP_STATE | IBV_QP_SQ_PSN)
 }
 
@@ -185,51 +168,24 @@ pub fn connect_one(qp: *mut ibv_qp, peer: *mut ibv_qp, peer_gid: ibv_gid, mtu: u
 }
 
 pub fn post_recv(qp: *mut ibv_qp, lkey: u32, buf: &mut [u8], wr_id: u64) -> i32 {
-    let mut sge = ibv_sge {
-        addr: buf.as_mut_ptr() as u64,
-        length: buf.len() as u32,
-        lkey,
-    };
-    let mut wr = ibv_recv_wr {
-        wr_id,
-        next: null_mut(),
-        sg_list: &mut sge,
-        num_sge: 1,
-    };
+    let mut sge = ibv_sge { addr: buf.as_mut_ptr() as u64, length: buf.len() as u32, lkey };
+    let mut wr = ibv_recv_wr { wr_id, next: null_mut(), sg_list: &mut sge, num_sge: 1 };
     let mut bad = null_mut();
     // SAFETY: live QP; as the header's inline ibv_post_recv does, call through the ops table.
     let rc = unsafe { ((*(*qp).context).ops.post_recv.unwrap())(qp, &mut wr, &mut bad) };
     if rc != 0 {
-        assert_eq!(
-            bad, &mut wr as *mut _,
-            "bad_wr must point at the failing WR"
-        );
+        assert_eq!(bad, &mut wr as *mut _, "bad_wr must point at the failing WR");
     }
     rc
 }
 
-pub fn post_send(
-    qp: *mut ibv_qp,
-    lkey: u32,
-    addr: u64,
-    len: u32,
-    wr_id: u64,
-    imm: Option<u32>,
-) -> i32 {
-    let mut sge = ibv_sge {
-        addr,
-        length: len,
-        lkey,
-    };
+pub fn post_send(qp: *mut ibv_qp, lkey: u32, addr: u64, len: u32, wr_id: u64, imm: Option<u32>) -> i32 {
+    let mut sge = ibv_sge { addr, length: len, lkey };
     let mut wr = ibv_send_wr {
         wr_id,
         sg_list: &mut sge,
         num_sge: 1,
-        opcode: if imm.is_some() {
-            IBV_WR_SEND_WITH_IMM
-        } else {
-            IBV_WR_SEND
-        },
+        opcode: if imm.is_some() { IBV_WR_SEND_WITH_IMM } else { IBV_WR_SEND },
         send_flags: IBV_SEND_SIGNALED,
         imm_data: imm.unwrap_or(0).to_be(),
         ..Default::default()
@@ -292,14 +248,7 @@ impl Pair {
         let bqp = b.try_qp(bcq, IBV_QPT_UC, 64).unwrap();
         connect_one(aqp, bqp, b.gid(1), mtu);
         connect_one(bqp, aqp, a.gid(1), mtu);
-        Pair {
-            a,
-            b,
-            acq,
-            bcq,
-            aqp,
-            bqp,
-        }
+        Pair { a, b, acq, bcq, aqp, bqp }
     }
 
     pub fn default_pair() -> Pair {
@@ -331,7 +280,5 @@ pub fn assert_no_leaks() {
 }
 
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_shr(13) as u8 ^ seed)
-        .collect()
+    (0..len).map(|i| (i as u32).wrapping_mul(2_654_435_761).wrapping_shr(13) as u8 ^ seed).collect()
 }
