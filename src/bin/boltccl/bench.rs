@@ -192,6 +192,7 @@ pub fn run(args: &BenchArgs) -> i32 {
             hostfile: None,
             port: None,
             env: vec![],
+            no_bind: false,
             timeout_s: 0,
             command,
         });
