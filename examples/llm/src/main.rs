@@ -1,0 +1,188 @@
+//! `boltccl-llm`: tensor-parallel decode of a Llama-family model, streaming from rank 0.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::{Parser, ValueEnum};
+
+use boltccl_llm::comm::{Comm, LocalThreadComm, SingleRank, TimedComm};
+use boltccl_llm::generate::{generate, GenOptions, GenOutput};
+use boltccl_llm::loader::{self, Checkpoint};
+use boltccl_llm::model::Model;
+use boltccl_llm::sample::Sampler;
+use boltccl_llm::shard::ShardPlan;
+use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Backend {
+    Cpu,
+    Gpu,
+}
+
+/// Tensor-parallel LLM decode over boltccl's all_sum.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Model: a .gguf file, or a directory with config.json + *.safetensors.
+    #[arg(long)]
+    model: PathBuf,
+    /// User prompt (wrapped in the model's chat template when it has a ChatML one).
+    #[arg(
+        long,
+        default_value = "What is the capital of France? Answer in one sentence."
+    )]
+    prompt: String,
+    /// Optional system message for the chat template.
+    #[arg(long)]
+    system: Option<String>,
+    /// Feed the prompt verbatim, without the chat template.
+    #[arg(long)]
+    raw: bool,
+    /// Maximum number of new tokens.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    backend: Backend,
+    /// Sampling temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus sampling mass (with --temperature > 0).
+    #[arg(long, default_value_t = 0.9)]
+    top_p: f32,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Run N ranks as threads in this process (in-process stand-in for a boltccl group).
+    #[arg(long, default_value_t = 1)]
+    local_ranks: usize,
+}
+
+fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, &'a Tokenizer)> {
+    let tok = ck
+        .tokenizer
+        .as_ref()
+        .context("this checkpoint has no tokenizer (use a GGUF file)")?;
+    let text = match (&ck.chat_template, args.raw) {
+        (Some(t), false) => Tokenizer::chatml_prompt(t, args.system.as_deref(), &args.prompt)
+            .unwrap_or_else(|| args.prompt.clone()),
+        _ => args.prompt.clone(),
+    };
+    let mut ids = Vec::new();
+    // ChatML prompts start with <|im_start|>; only prepend BOS for raw prompts.
+    if args.raw || ck.chat_template.is_none() {
+        ids.extend(tok.bos);
+    }
+    ids.extend(tok.encode(&text, true)?);
+    Ok((ids, tok))
+}
+
+/// One rank's whole run: load its shard, generate, report.
+fn run_rank(
+    ck: &Checkpoint,
+    comm: &TimedComm<impl Comm>,
+    ids: &[u32],
+    tok: &Tokenizer,
+    args: &Args,
+) -> anyhow::Result<GenOutput> {
+    let t = Instant::now();
+    let plan = ShardPlan::new(ck.weights.config(), comm.rank(), comm.size())?;
+    let model = Model::load(ck.weights.as_ref(), plan)?;
+    if comm.rank() == 0 {
+        eprintln!(
+            "[rank 0] loaded shard in {:.2}s (kv heads {:?}, q heads {:?}, ffn {:?} of {})",
+            t.elapsed().as_secs_f64(),
+            model.plan.kv_heads,
+            model.plan.q_heads,
+            model.plan.ffn,
+            model.cfg.intermediate_size
+        );
+    }
+    let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
+    let opts = GenOptions {
+        max_tokens: args.max_tokens,
+        stop_token: tok.eos,
+        record_logits: false,
+    };
+    let mut dec = StreamDecoder::default();
+    let mut stdout = std::io::stdout();
+    generate(&model, comm, ids, &mut sampler, &opts, |id| {
+        let _ = write!(stdout, "{}", dec.push(tok, id));
+        let _ = stdout.flush();
+    })
+}
+
+fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) {
+    let (ar, calls) = comm.all_sum_stats();
+    let total = out.prefill + out.decode;
+    let n_dec = out.tokens.len().saturating_sub(1);
+    println!();
+    eprintln!(
+        "prefill: {} tokens in {:.3}s = {:.2} tok/s",
+        out.prompt_tokens,
+        out.prefill.as_secs_f64(),
+        out.prompt_tokens as f64 / out.prefill.as_secs_f64()
+    );
+    // The first generated token comes from the prefill logits, so decode rate counts the
+    // forward passes made after it.
+    eprintln!(
+        "decode:  {} tokens in {:.3}s = {:.2} tok/s",
+        n_dec,
+        out.decode.as_secs_f64(),
+        n_dec as f64 / out.decode.as_secs_f64().max(1e-9)
+    );
+    eprintln!(
+        "all_sum: {} calls, {:.3}s = {:.1}% of prefill+decode time (rank 0, world size {})",
+        calls,
+        ar.as_secs_f64(),
+        100.0 * ar.as_secs_f64() / total.as_secs_f64().max(1e-9),
+        comm.size()
+    );
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if matches!(args.backend, Backend::Gpu) {
+        bail!("the GPU (wgpu) backend is not implemented yet; use --backend cpu");
+    }
+    anyhow::ensure!(args.local_ranks >= 1, "--local-ranks must be at least 1");
+    let ck = loader::open(&args.model)?;
+    let (ids, tok) = prompt_ids(&ck, &args)?;
+    eprintln!(
+        "model: {:?}\nprompt: {} tokens, world size {}",
+        ck.weights.config(),
+        ids.len(),
+        args.local_ranks
+    );
+    if args.local_ranks == 1 {
+        let comm = TimedComm::new(SingleRank);
+        let out = run_rank(&ck, &comm, &ids, tok, &args)?;
+        report(&out, &comm);
+        return Ok(());
+    }
+    let world = LocalThreadComm::world(args.local_ranks);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = world
+            .into_iter()
+            .map(|c| {
+                let (ck, ids, args) = (&ck, &ids, &args);
+                s.spawn(move || {
+                    let comm = TimedComm::new(c);
+                    let r = run_rank(ck, &comm, ids, tok, args);
+                    if let Ok(out) = &r {
+                        if comm.rank() == 0 {
+                            report(out, &comm);
+                        }
+                    }
+                    r.map(|_| ())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("rank thread panicked")?;
+        }
+        Ok(())
+    })
+}

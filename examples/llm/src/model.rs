@@ -1,0 +1,327 @@
+//! The tensor-parallel Llama/Qwen decoder (CPU, f32).
+//!
+//! Per layer, on every rank:
+//! `x += all_sum(o_proj_shard(attn(own heads)))`, then `x += all_sum(down_shard(swiglu(own
+//! features)))`. The residual stream `x`, the norms and RoPE are replicated; because all_sum
+//! returns identical bits on every rank, `x` stays identical everywhere.
+
+use anyhow::{ensure, Context};
+use rayon::prelude::*;
+
+use crate::comm::Comm;
+use crate::config::ModelConfig;
+use crate::loader::{names, WeightSource};
+use crate::ops::{rmsnorm, rmsnorm_inplace, rope, rope_inv_freq, silu, softmax, Mat};
+use crate::shard::ShardPlan;
+
+/// One decoder layer's shard.
+struct Layer {
+    attn_norm: Vec<f32>,
+    /// `[local_q_heads * head_dim, hidden]`
+    wq: Mat,
+    /// `[local_kv_heads * head_dim, hidden]`
+    wk: Mat,
+    wv: Mat,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    /// `[hidden, local_q_heads * head_dim]` (input columns of the owned heads).
+    wo: Mat,
+    ffn_norm: Vec<f32>,
+    /// `[local_ffn, hidden]`
+    w_gate: Mat,
+    w_up: Mat,
+    /// `[hidden, local_ffn]`
+    w_down: Mat,
+}
+
+/// Per-rank KV cache: for each layer, `[pos][local_kv_head][head_dim]` for K and for V.
+pub struct KvCache {
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Number of cached positions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether no position is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The shard of the model held by one rank.
+pub struct Model {
+    /// Hyper-parameters (global, unsharded values).
+    pub cfg: ModelConfig,
+    /// What this rank owns.
+    pub plan: ShardPlan,
+    embed: Mat,
+    final_norm: Vec<f32>,
+    /// Separate output head; `None` when tied to `embed` or when this rank never needs logits.
+    lm_head: Option<Mat>,
+    layers: Vec<Layer>,
+    inv_freq: Vec<f32>,
+}
+
+fn vector(src: &dyn WeightSource, name: &str, len: usize) -> anyhow::Result<Vec<f32>> {
+    let t = src.tensor(name)?;
+    ensure!(
+        t.data.len() == len,
+        "{name}: expected {len} elements, got {}",
+        t.data.len()
+    );
+    Ok(t.data)
+}
+
+fn optional_slice(
+    src: &dyn WeightSource,
+    name: &str,
+    r: std::ops::Range<usize>,
+) -> anyhow::Result<Option<Vec<f32>>> {
+    if !src.contains(name) {
+        return Ok(None);
+    }
+    let t = src.tensor(name)?;
+    ensure!(r.end <= t.data.len(), "{name}: too short");
+    Ok(Some(t.data[r].to_vec()))
+}
+
+/// Loads rows `r` of a `[rows_total, cols]` weight.
+fn rows(
+    src: &dyn WeightSource,
+    name: &str,
+    r: std::ops::Range<usize>,
+    cols: usize,
+) -> anyhow::Result<Mat> {
+    let n = r.len();
+    if n == 0 {
+        return Ok(Mat::new(0, cols, Vec::new()));
+    }
+    let t = src.tensor_rows(name, r)?;
+    ensure!(
+        t.cols() == cols,
+        "{name}: expected {cols} columns, got {}",
+        t.cols()
+    );
+    Ok(Mat::new(n, cols, t.data))
+}
+
+/// Loads columns `c` of a `[rows, cols_total]` weight.
+fn cols(
+    src: &dyn WeightSource,
+    name: &str,
+    c: std::ops::Range<usize>,
+    nrows: usize,
+) -> anyhow::Result<Mat> {
+    if c.is_empty() {
+        return Ok(Mat::new(nrows, 0, Vec::new()));
+    }
+    let t = src.tensor(name)?;
+    ensure!(
+        t.rows() == nrows,
+        "{name}: expected {nrows} rows, got {}",
+        t.rows()
+    );
+    ensure!(
+        c.end <= t.cols(),
+        "{name}: columns {c:?} out of {}",
+        t.cols()
+    );
+    let s = t.slice_cols(c.clone());
+    Ok(Mat::new(nrows, c.len(), s.data))
+}
+
+impl Model {
+    /// Loads the shard described by `plan` from `src`.
+    ///
+    /// Only rank 0 keeps a separate LM head: rank 0 chooses every token and broadcasts it, so
+    /// the other ranks never need logits.
+    pub fn load(src: &dyn WeightSource, plan: ShardPlan) -> anyhow::Result<Self> {
+        let cfg = src.config().clone();
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+        let embed_t = src.tensor(names::EMBED)?;
+        ensure!(
+            embed_t.rows() == cfg.vocab_size && embed_t.cols() == h,
+            "embedding shape {:?} does not match vocab {} x hidden {h}",
+            embed_t.shape,
+            cfg.vocab_size
+        );
+        let embed = Mat::new(cfg.vocab_size, h, embed_t.data);
+        let tied = cfg.tie_embeddings || !src.contains(names::LM_HEAD);
+        let lm_head = if !tied && plan.rank == 0 {
+            Some(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h)?)
+        } else {
+            None
+        };
+        let q_rows = plan.q_heads.start * hd..plan.q_heads.end * hd;
+        let kv_rows = plan.kv_heads.start * hd..plan.kv_heads.end * hd;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            let n = |s: &str| names::layer(i, s);
+            let layer = Layer {
+                attn_norm: vector(src, &n("input_layernorm.weight"), h)?,
+                wq: rows(src, &n("self_attn.q_proj.weight"), q_rows.clone(), h)?,
+                wk: rows(src, &n("self_attn.k_proj.weight"), kv_rows.clone(), h)?,
+                wv: rows(src, &n("self_attn.v_proj.weight"), kv_rows.clone(), h)?,
+                bq: optional_slice(src, &n("self_attn.q_proj.bias"), q_rows.clone())?,
+                bk: optional_slice(src, &n("self_attn.k_proj.bias"), kv_rows.clone())?,
+                bv: optional_slice(src, &n("self_attn.v_proj.bias"), kv_rows.clone())?,
+                q_norm: optional_slice(src, &n("self_attn.q_norm.weight"), 0..hd)?,
+                k_norm: optional_slice(src, &n("self_attn.k_norm.weight"), 0..hd)?,
+                wo: cols(src, &n("self_attn.o_proj.weight"), q_rows.clone(), h)?,
+                ffn_norm: vector(src, &n("post_attention_layernorm.weight"), h)?,
+                w_gate: rows(src, &n("mlp.gate_proj.weight"), plan.ffn.clone(), h)?,
+                w_up: rows(src, &n("mlp.up_proj.weight"), plan.ffn.clone(), h)?,
+                w_down: cols(src, &n("mlp.down_proj.weight"), plan.ffn.clone(), h)?,
+            };
+            ensure!(
+                cfg.qkv_bias == layer.bq.is_some(),
+                "layer {i}: q/k/v bias presence does not match the config"
+            );
+            ensure!(
+                cfg.qk_norm == layer.q_norm.is_some() && cfg.qk_norm == layer.k_norm.is_some(),
+                "layer {i}: q/k norm presence does not match the config"
+            );
+            layers.push(layer);
+        }
+        let inv_freq = rope_inv_freq(hd, cfg.rope_theta);
+        Ok(Self {
+            final_norm: vector(src, names::FINAL_NORM, h)?,
+            cfg,
+            plan,
+            embed,
+            lm_head,
+            layers,
+            inv_freq,
+        })
+    }
+
+    /// An empty KV cache for this shard.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache {
+            k: vec![Vec::new(); self.layers.len()],
+            v: vec![Vec::new(); self.layers.len()],
+            len: 0,
+        }
+    }
+
+    /// Runs one token at position `cache.len()` through the model and appends its K/V.
+    /// Returns the logits when `want_logits` (only rank 0 may ask, see [`Model::load`]).
+    pub fn forward(
+        &self,
+        token: u32,
+        cache: &mut KvCache,
+        comm: &dyn Comm,
+        want_logits: bool,
+    ) -> anyhow::Result<Option<Vec<f32>>> {
+        let cfg = &self.cfg;
+        let pos = cache.len;
+        ensure!(
+            pos < cfg.max_seq_len,
+            "context full ({} tokens)",
+            cfg.max_seq_len
+        );
+        ensure!(
+            (token as usize) < cfg.vocab_size,
+            "token {token} out of vocabulary"
+        );
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+        let n_q = self.plan.q_heads.len();
+        let n_kv = self.plan.kv_heads.len();
+        let group = cfg.group_size();
+        let scale = 1.0 / (hd as f32).sqrt();
+
+        let t = token as usize;
+        let mut x = self.embed.data[t * h..(t + 1) * h].to_vec();
+        let mut xn = vec![0f32; h];
+        let mut q = vec![0f32; n_q * hd];
+        let mut k = vec![0f32; n_kv * hd];
+        let mut v = vec![0f32; n_kv * hd];
+        let mut att = vec![0f32; n_q * hd];
+        let mut part = vec![0f32; h];
+        let nf = self.plan.ffn.len();
+        let mut gate = vec![0f32; nf];
+        let mut up = vec![0f32; nf];
+
+        for (li, l) in self.layers.iter().enumerate() {
+            // ---- attention on this rank's heads ----
+            rmsnorm(&x, &l.attn_norm, cfg.rms_eps, &mut xn);
+            if n_q > 0 {
+                l.wq.matvec(&xn, &mut q);
+                l.wk.matvec(&xn, &mut k);
+                l.wv.matvec(&xn, &mut v);
+                for (y, b) in [(&mut q, &l.bq), (&mut k, &l.bk), (&mut v, &l.bv)] {
+                    if let Some(b) = b {
+                        y.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+                    }
+                }
+                for (y, norm) in [(&mut q, &l.q_norm), (&mut k, &l.k_norm)] {
+                    for head in y.chunks_exact_mut(hd) {
+                        if let Some(w) = norm {
+                            rmsnorm_inplace(head, w, cfg.rms_eps);
+                        }
+                        rope(head, pos, &self.inv_freq, cfg.rope_style);
+                    }
+                }
+                cache.k[li].extend_from_slice(&k);
+                cache.v[li].extend_from_slice(&v);
+                let (kc, vc) = (&cache.k[li], &cache.v[li]);
+                let seq = pos + 1;
+                att.par_chunks_mut(hd)
+                    .zip(q.par_chunks(hd))
+                    .enumerate()
+                    .for_each(|(qh, (out, qv))| {
+                        let kvh = qh / group; // local KV head serving local query head qh
+                        let mut scores: Vec<f32> = (0..seq)
+                            .map(|p| {
+                                let kv = &kc[(p * n_kv + kvh) * hd..][..hd];
+                                crate::ops::dot(qv, kv) * scale
+                            })
+                            .collect();
+                        softmax(&mut scores);
+                        out.fill(0.0);
+                        for (p, &s) in scores.iter().enumerate() {
+                            let vv = &vc[(p * n_kv + kvh) * hd..][..hd];
+                            out.iter_mut().zip(vv).for_each(|(o, &vi)| *o += s * vi);
+                        }
+                    });
+                l.wo.matvec(&att, &mut part);
+            } else {
+                // No heads here (more ranks than KV heads): contribute zeros to the sum.
+                part.fill(0.0);
+            }
+            comm.all_sum(&mut part)
+                .with_context(|| format!("all_sum after attention, layer {li}"))?;
+            x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
+
+            // ---- SwiGLU MLP on this rank's features ----
+            rmsnorm(&x, &l.ffn_norm, cfg.rms_eps, &mut xn);
+            l.w_gate.matvec(&xn, &mut gate);
+            l.w_up.matvec(&xn, &mut up);
+            gate.iter_mut()
+                .zip(&up)
+                .for_each(|(g, u)| *g = silu(*g) * u);
+            l.w_down.matvec(&gate, &mut part);
+            comm.all_sum(&mut part)
+                .with_context(|| format!("all_sum after MLP, layer {li}"))?;
+            x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
+        }
+        cache.len += 1;
+
+        if !want_logits {
+            return Ok(None);
+        }
+        ensure!(self.plan.rank == 0, "only rank 0 holds the output head");
+        rmsnorm_inplace(&mut x, &self.final_norm, cfg.rms_eps);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let mut logits = vec![0f32; cfg.vocab_size];
+        head.matvec(&x, &mut logits);
+        Ok(Some(logits))
+    }
+}
