@@ -233,3 +233,32 @@ pub fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
         .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
         .fold(0.0, f32::max)
 }
+
+/// Path of the SmolLM2 GGUF if present (fetching it with `fetch-model.sh` when allowed).
+/// Prints a visible skip message and returns `None` otherwise.
+pub fn smollm2_path() -> Option<PathBuf> {
+    let name = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cache = root.join("../../target/models");
+    let p = std::env::var_os("BOLTCCL_LLM_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache.join(name));
+    if p.is_file() {
+        return Some(p);
+    }
+    if std::env::var_os("BOLTCCL_LLM_FETCH").is_some() {
+        let ok = std::process::Command::new(root.join("fetch-model.sh"))
+            .arg(&cache)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok && p.is_file() {
+            return Some(p);
+        }
+    }
+    eprintln!(
+        "SKIPPED: {} not found (run examples/llm/fetch-model.sh, or set BOLTCCL_LLM_FETCH=1 \
+         to let the test download it, or BOLTCCL_LLM_MODEL=path)",
+        p.display()
+    );
+    None
+}
