@@ -92,7 +92,7 @@ impl Tokenizer {
                 }
             }
         }
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        specials.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
         let byte_enc = byte_to_unicode();
         let byte_dec = byte_enc
             .iter()

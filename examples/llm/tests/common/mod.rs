@@ -2,6 +2,7 @@
 //! multi-rank runner on in-process thread ranks, and an independent naive reference forward.
 #![allow(dead_code)]
 
+pub mod gguf_writer;
 pub mod reference;
 
 use std::path::{Path, PathBuf};
