@@ -5,7 +5,7 @@
 //! so swapping in the real library is one `impl Comm for boltccl::Group` (see `BoltGroup` once
 //! boltccl lands on main).
 
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Minimal collective interface used by the tensor-parallel model.
@@ -47,7 +47,57 @@ impl Comm for SingleRank {
 struct LocalShared {
     slots: Vec<Mutex<Vec<f32>>>,
     tokens: Mutex<Vec<u32>>,
-    barrier: Barrier,
+    barrier: PoisonableBarrier,
+}
+
+/// A barrier that fails instead of waiting forever once any rank has gone away (returned an
+/// error or panicked and dropped its handle): without it, one failing rank would hang the
+/// others, the classic distributed-inference failure mode.
+struct PoisonableBarrier {
+    n: usize,
+    state: Mutex<(usize, u64, bool)>, // (arrived, generation, poisoned)
+    cv: Condvar,
+}
+
+impl PoisonableBarrier {
+    fn new(n: usize) -> Self {
+        Self {
+            n,
+            state: Mutex::new((0, 0, false)),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn wait(&self) -> anyhow::Result<()> {
+        let mut st = self.state.lock().unwrap();
+        anyhow::ensure!(
+            !st.2,
+            "a peer rank left the group (error or panic on that rank)"
+        );
+        let gen = st.1;
+        st.0 += 1;
+        if st.0 == self.n {
+            st.0 = 0;
+            st.1 += 1;
+            self.cv.notify_all();
+            return Ok(());
+        }
+        // The generation check comes first: a barrier that completed is a success even if a
+        // peer leaves right afterwards.
+        while st.1 == gen {
+            anyhow::ensure!(
+                !st.2,
+                "a peer rank left the group (error or panic on that rank)"
+            );
+            st = self.cv.wait(st).unwrap();
+        }
+        Ok(())
+    }
+
+    fn poison(&self) {
+        self.state.lock().unwrap().2 = true;
+        self.cv.notify_all();
+    }
 }
 
 /// In-process ranks (one thread each) — a **test/demo helper**, not a transport.
@@ -67,7 +117,7 @@ impl LocalThreadComm {
         let shared = Arc::new(LocalShared {
             slots: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             tokens: Mutex::new(Vec::new()),
-            barrier: Barrier::new(n),
+            barrier: PoisonableBarrier::new(n),
         });
         (0..n)
             .map(|rank| LocalThreadComm {
@@ -75,6 +125,14 @@ impl LocalThreadComm {
                 shared: shared.clone(),
             })
             .collect()
+    }
+}
+
+impl Drop for LocalThreadComm {
+    /// A rank that drops its handle can no longer take part; wake and fail anyone waiting.
+    /// (After a clean run every rank is past its last collective, so this is harmless.)
+    fn drop(&mut self) {
+        self.shared.barrier.poison();
     }
 }
 
@@ -91,7 +149,7 @@ impl Comm for LocalThreadComm {
             slot.clear();
             slot.extend_from_slice(x);
         }
-        self.shared.barrier.wait();
+        self.shared.barrier.wait()?;
         // Fixed summation order (rank 0 first) => identical bits on every rank.
         x.fill(0.0);
         for s in &self.shared.slots {
@@ -102,7 +160,7 @@ impl Comm for LocalThreadComm {
             }
         }
         // Nobody may overwrite its slot for the next call before everyone has read it.
-        self.shared.barrier.wait();
+        self.shared.barrier.wait()?;
         Ok(())
     }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
@@ -110,7 +168,7 @@ impl Comm for LocalThreadComm {
         if self.rank == root {
             *self.shared.tokens.lock().unwrap() = x.to_vec();
         }
-        self.shared.barrier.wait();
+        self.shared.barrier.wait()?;
         {
             let t = self.shared.tokens.lock().unwrap();
             anyhow::ensure!(
@@ -119,7 +177,7 @@ impl Comm for LocalThreadComm {
             );
             x.copy_from_slice(&t);
         }
-        self.shared.barrier.wait();
+        self.shared.barrier.wait()?;
         Ok(())
     }
 }
