@@ -9,6 +9,8 @@
 pub mod comm;
 pub mod config;
 pub mod generate;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod loader;
 pub mod model;
 pub mod ops;

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
 use boltccl_llm::comm::{Comm, LocalThreadComm, SingleRank, TimedComm};
@@ -79,6 +79,33 @@ fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, 
     Ok((ids, tok))
 }
 
+/// The GPU device shared by all in-process ranks, when `--backend gpu`.
+#[cfg(feature = "gpu")]
+type Gpu = Option<std::sync::Arc<boltccl_llm::gpu::GpuContext>>;
+/// Without the `gpu` feature there is no device to share.
+#[cfg(not(feature = "gpu"))]
+type Gpu = ();
+
+fn open_gpu(backend: Backend) -> anyhow::Result<Gpu> {
+    match backend {
+        #[cfg(feature = "gpu")]
+        Backend::Cpu => Ok(None),
+        #[cfg(not(feature = "gpu"))]
+        Backend::Cpu => Ok(()),
+        #[cfg(feature = "gpu")]
+        Backend::Gpu => {
+            let ctx = boltccl_llm::gpu::GpuContext::new()?
+                .context("no GPU adapter found (on Linux: apt-get install mesa-vulkan-drivers)")?;
+            eprintln!("GPU: {}", ctx.adapter);
+            Ok(Some(ctx))
+        }
+        #[cfg(not(feature = "gpu"))]
+        Backend::Gpu => anyhow::bail!(
+            "this binary was built without the `gpu` feature; rebuild with --features gpu"
+        ),
+    }
+}
+
 /// One rank's whole run: load its shard, generate, report.
 fn run_rank(
     ck: &Checkpoint,
@@ -86,10 +113,18 @@ fn run_rank(
     ids: &[u32],
     tok: &Tokenizer,
     args: &Args,
+    gpu: &Gpu,
 ) -> anyhow::Result<GenOutput> {
     let t = Instant::now();
     let plan = ShardPlan::new(ck.weights.config(), comm.rank(), comm.size())?;
-    let model = Model::load(ck.weights.as_ref(), plan)?;
+    #[allow(unused_mut)]
+    let mut model = Model::load(ck.weights.as_ref(), plan)?;
+    #[cfg(feature = "gpu")]
+    if let Some(ctx) = gpu {
+        model.upload_to_gpu(ctx);
+    }
+    #[cfg(not(feature = "gpu"))]
+    let () = gpu;
     if comm.rank() == 0 {
         eprintln!(
             "[rank 0] loaded shard in {:.2}s (kv heads {:?}, q heads {:?}, ffn {:?} of {})",
@@ -144,9 +179,7 @@ fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if matches!(args.backend, Backend::Gpu) {
-        bail!("the GPU (wgpu) backend is not implemented yet; use --backend cpu");
-    }
+    let gpu = open_gpu(args.backend)?;
     anyhow::ensure!(args.local_ranks >= 1, "--local-ranks must be at least 1");
     let ck = loader::open(&args.model)?;
     let (ids, tok) = prompt_ids(&ck, &args)?;
@@ -158,7 +191,7 @@ fn main() -> anyhow::Result<()> {
     );
     if args.local_ranks == 1 {
         let comm = TimedComm::new(SingleRank);
-        let out = run_rank(&ck, &comm, &ids, tok, &args)?;
+        let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
         report(&out, &comm);
         return Ok(());
     }
@@ -167,10 +200,10 @@ fn main() -> anyhow::Result<()> {
         let handles: Vec<_> = world
             .into_iter()
             .map(|c| {
-                let (ck, ids, args) = (&ck, &ids, &args);
+                let (ck, ids, args, gpu) = (&ck, &ids, &args, &gpu);
                 s.spawn(move || {
                     let comm = TimedComm::new(c);
-                    let r = run_rank(ck, &comm, ids, tok, args);
+                    let r = run_rank(ck, &comm, ids, tok, args, gpu);
                     if let Ok(out) = &r {
                         if comm.rank() == 0 {
                             report(out, &comm);

@@ -202,6 +202,32 @@ impl Model {
         })
     }
 
+    /// Moves every weight matrix this rank multiplies with onto the GPU.
+    #[cfg(feature = "gpu")]
+    pub fn upload_to_gpu(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>) {
+        for l in &mut self.layers {
+            for m in [
+                &mut l.wq,
+                &mut l.wk,
+                &mut l.wv,
+                &mut l.wo,
+                &mut l.w_gate,
+                &mut l.w_up,
+                &mut l.w_down,
+            ] {
+                m.upload(ctx);
+            }
+        }
+        // Output head: only rank 0 computes logits. The embedding doubles as the tied head;
+        // its rows are still gathered on the CPU copy.
+        if self.plan.rank == 0 {
+            match &mut self.lm_head {
+                Some(h) => h.upload(ctx),
+                None => self.embed.upload(ctx),
+            }
+        }
+    }
+
     /// An empty KV cache for this shard.
     pub fn new_cache(&self) -> KvCache {
         KvCache {
@@ -253,9 +279,9 @@ impl Model {
             // ---- attention on this rank's heads ----
             rmsnorm(&x, &l.attn_norm, cfg.rms_eps, &mut xn);
             if n_q > 0 {
-                l.wq.matvec(&xn, &mut q);
-                l.wk.matvec(&xn, &mut k);
-                l.wv.matvec(&xn, &mut v);
+                l.wq.matvec(&xn, &mut q)?;
+                l.wk.matvec(&xn, &mut k)?;
+                l.wv.matvec(&xn, &mut v)?;
                 for (y, b) in [(&mut q, &l.bq), (&mut k, &l.bk), (&mut v, &l.bv)] {
                     if let Some(b) = b {
                         y.iter_mut().zip(b).for_each(|(a, b)| *a += b);
@@ -291,7 +317,7 @@ impl Model {
                             out.iter_mut().zip(vv).for_each(|(o, &vi)| *o += s * vi);
                         }
                     });
-                l.wo.matvec(&att, &mut part);
+                l.wo.matvec(&att, &mut part)?;
             } else {
                 // No heads here (more ranks than KV heads): contribute zeros to the sum.
                 part.fill(0.0);
@@ -302,12 +328,12 @@ impl Model {
 
             // ---- SwiGLU MLP on this rank's features ----
             rmsnorm(&x, &l.ffn_norm, cfg.rms_eps, &mut xn);
-            l.w_gate.matvec(&xn, &mut gate);
-            l.w_up.matvec(&xn, &mut up);
+            l.w_gate.matvec(&xn, &mut gate)?;
+            l.w_up.matvec(&xn, &mut up)?;
             gate.iter_mut()
                 .zip(&up)
                 .for_each(|(g, u)| *g = silu(*g) * u);
-            l.w_down.matvec(&gate, &mut part);
+            l.w_down.matvec(&gate, &mut part)?;
             comm.all_sum(&mut part)
                 .with_context(|| format!("all_sum after MLP, layer {li}"))?;
             x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
@@ -321,7 +347,7 @@ impl Model {
         rmsnorm_inplace(&mut x, &self.final_norm, cfg.rms_eps);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut logits = vec![0f32; cfg.vocab_size];
-        head.matvec(&x, &mut logits);
+        head.matvec(&x, &mut logits)?;
         Ok(Some(logits))
     }
 }

@@ -13,22 +13,55 @@ pub struct Mat {
     pub cols: usize,
     /// Elements, row-major.
     pub data: Vec<f32>,
+    /// GPU-resident copy; when set, products run on the GPU.
+    #[cfg(feature = "gpu")]
+    pub gpu: Option<std::sync::Arc<crate::gpu::GpuMat>>,
 }
 
 impl Mat {
     /// Wraps data; panics if the size does not match (a loader bug, not user input).
     pub fn new(rows: usize, cols: usize, data: Vec<f32>) -> Self {
         assert_eq!(rows * cols, data.len(), "matrix data size mismatch");
-        Self { rows, cols, data }
+        Self {
+            rows,
+            cols,
+            data,
+            #[cfg(feature = "gpu")]
+            gpu: None,
+        }
+    }
+
+    /// Copies the matrix to the GPU; later products run there. Empty matrices (a rank with no
+    /// heads) stay on the CPU path, which handles them trivially.
+    #[cfg(feature = "gpu")]
+    pub fn upload(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>) {
+        if self.rows > 0 && self.cols > 0 {
+            let g = crate::gpu::GpuMat::upload(ctx, self.rows, self.cols, &self.data);
+            self.gpu = Some(std::sync::Arc::new(g));
+        }
     }
 
     /// `out = self · x`.
-    pub fn matvec(&self, x: &[f32], out: &mut [f32]) {
-        assert_eq!(x.len(), self.cols);
-        assert_eq!(out.len(), self.rows);
+    pub fn matvec(&self, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            x.len() == self.cols,
+            "matvec: input length {} != {}",
+            x.len(),
+            self.cols
+        );
+        anyhow::ensure!(
+            out.len() == self.rows,
+            "matvec: output length {} != {}",
+            out.len(),
+            self.rows
+        );
         if self.rows == 0 || self.cols == 0 {
             out.fill(0.0);
-            return;
+            return Ok(());
+        }
+        #[cfg(feature = "gpu")]
+        if let Some(g) = &self.gpu {
+            return g.matvec(x, out);
         }
         // Chunks of rows per task keep rayon's overhead small relative to the dot products.
         let rows_per_task = (16384 / self.cols).clamp(1, 64);
@@ -39,6 +72,7 @@ impl Mat {
                     *oi = dot(row, x);
                 }
             });
+        Ok(())
     }
 }
 
