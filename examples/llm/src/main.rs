@@ -82,16 +82,13 @@ fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, 
 /// The GPU device shared by all in-process ranks, when `--backend gpu`.
 #[cfg(feature = "gpu")]
 type Gpu = Option<std::sync::Arc<boltccl_llm::gpu::GpuContext>>;
-/// Without the `gpu` feature there is no device to share.
+/// Without the `gpu` feature there is never a device.
 #[cfg(not(feature = "gpu"))]
-type Gpu = ();
+type Gpu = Option<std::convert::Infallible>;
 
 fn open_gpu(backend: Backend) -> anyhow::Result<Gpu> {
     match backend {
-        #[cfg(feature = "gpu")]
         Backend::Cpu => Ok(None),
-        #[cfg(not(feature = "gpu"))]
-        Backend::Cpu => Ok(()),
         #[cfg(feature = "gpu")]
         Backend::Gpu => {
             let ctx = boltccl_llm::gpu::GpuContext::new()?
@@ -124,7 +121,7 @@ fn run_rank(
         model.upload_to_gpu(ctx);
     }
     #[cfg(not(feature = "gpu"))]
-    let () = gpu;
+    let _ = gpu;
     if comm.rank() == 0 {
         eprintln!(
             "[rank 0] loaded shard in {:.2}s (kv heads {:?}, q heads {:?}, ffn {:?} of {})",
