@@ -275,12 +275,23 @@ impl Tokenizer {
     /// Formats a single-turn ChatML prompt (`<|im_start|>user ... <|im_end|>` then the
     /// assistant header), the format SmolLM2-Instruct and Qwen use. Returns `None` when the
     /// template does not look like ChatML, so callers fall back to the raw prompt.
+    ///
+    /// This is not a Jinja engine. It reproduces the one behaviour of such templates that
+    /// changes the prompt: when the template hard-codes a default system turn (SmolLM2's does:
+    /// "You are a helpful AI assistant named SmolLM, ...") and no `system` is given, that turn
+    /// is inserted, exactly as `apply_chat_template` would.
     pub fn chatml_prompt(template: &str, system: Option<&str>, user: &str) -> Option<String> {
         if !template.contains("<|im_start|>") {
             return None;
         }
+        let default_system = template
+            .split_once("<|im_start|>system\n")
+            .or_else(|| template.split_once("<|im_start|>system\\n"))
+            .and_then(|(_, rest)| rest.split_once("<|im_end|>"))
+            .map(|(sys, _)| sys)
+            .filter(|s| !s.contains("{{") && !s.contains("{%"));
         let mut s = String::new();
-        if let Some(sys) = system {
+        if let Some(sys) = system.or(default_system) {
             s.push_str(&format!("<|im_start|>system\n{sys}<|im_end|>\n"));
         }
         s.push_str(&format!(

@@ -138,6 +138,26 @@ fn smollm2_vocabulary() {
     let ids = t.encode(&chat, true).unwrap();
     let start = t.token_id("<|im_start|>").unwrap();
     assert_eq!(ids[0], start);
-    assert_eq!(ids.iter().filter(|&&i| i == start).count(), 2);
+    // SmolLM2's template inserts its default system turn: system, user, assistant headers.
+    assert_eq!(ids.iter().filter(|&&i| i == start).count(), 3);
+    assert!(chat.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"));
     assert_eq!(t.decode(&ids, true), chat);
+}
+
+#[test]
+fn chatml_prompt_formats() {
+    let plain = "{% for m in messages %}<|im_start|>{{ m['role'] }}...{% endfor %}";
+    assert_eq!(
+        Tokenizer::chatml_prompt(plain, None, "Hi").unwrap(),
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let with_default = "{{ '<|im_start|>system\nBe brief.<|im_end|>\n' }}<|im_start|>";
+    assert_eq!(
+        Tokenizer::chatml_prompt(with_default, None, "Hi").unwrap(),
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert!(Tokenizer::chatml_prompt(with_default, Some("X"), "Hi")
+        .unwrap()
+        .starts_with("<|im_start|>system\nX<|im_end|>"));
+    assert!(Tokenizer::chatml_prompt("[INST]", None, "Hi").is_none());
 }
