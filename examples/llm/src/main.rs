@@ -55,7 +55,9 @@ struct Args {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Run N ranks as threads in this process (in-process stand-in for a boltccl group).
+    /// Run N ranks as threads in this process (in-process stand-in for a boltccl group). With
+    /// the `boltccl` feature, setting BOLTCCL_WORLD_SIZE etc. makes this process one rank of a
+    /// real multi-process group instead.
     #[arg(long, default_value_t = 1)]
     local_ranks: usize,
 }
@@ -186,6 +188,20 @@ fn main() -> anyhow::Result<()> {
         ids.len(),
         args.local_ranks
     );
+    // A process launched as one rank of a boltccl group (e.g. by `boltccl launch`).
+    #[cfg(feature = "boltccl")]
+    if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
+        anyhow::ensure!(
+            args.local_ranks == 1,
+            "--local-ranks cannot be combined with a boltccl group"
+        );
+        let comm = TimedComm::new(boltccl::init().context("joining the boltccl group")?);
+        let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
+        if comm.rank() == 0 {
+            report(&out, &comm);
+        }
+        return Ok(());
+    }
     if args.local_ranks == 1 {
         let comm = TimedComm::new(SingleRank);
         let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
