@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::comm::Comm;
 use crate::config::ModelConfig;
 use crate::loader::{names, WeightSource};
-use crate::ops::{rmsnorm, rmsnorm_inplace, rope, rope_inv_freq, silu, softmax, Mat};
+use crate::ops::{matvec_many, rmsnorm, rmsnorm_inplace, rope, rope_inv_freq, silu, softmax, Mat};
 use crate::shard::ShardPlan;
 
 /// One decoder layer's shard.
@@ -279,9 +279,7 @@ impl Model {
             // ---- attention on this rank's heads ----
             rmsnorm(&x, &l.attn_norm, cfg.rms_eps, &mut xn);
             if n_q > 0 {
-                l.wq.matvec(&xn, &mut q)?;
-                l.wk.matvec(&xn, &mut k)?;
-                l.wv.matvec(&xn, &mut v)?;
+                matvec_many(&[&l.wq, &l.wk, &l.wv], &xn, &mut [&mut q, &mut k, &mut v])?;
                 for (y, b) in [(&mut q, &l.bq), (&mut k, &l.bk), (&mut v, &l.bv)] {
                     if let Some(b) = b {
                         y.iter_mut().zip(b).for_each(|(a, b)| *a += b);
@@ -328,8 +326,7 @@ impl Model {
 
             // ---- SwiGLU MLP on this rank's features ----
             rmsnorm(&x, &l.ffn_norm, cfg.rms_eps, &mut xn);
-            l.w_gate.matvec(&xn, &mut gate)?;
-            l.w_up.matvec(&xn, &mut up)?;
+            matvec_many(&[&l.w_gate, &l.w_up], &xn, &mut [&mut gate, &mut up])?;
             gate.iter_mut()
                 .zip(&up)
                 .for_each(|(g, u)| *g = silu(*g) * u);

@@ -76,6 +76,23 @@ impl Mat {
     }
 }
 
+/// `outs[i] = mats[i] · x` for matrices sharing an input. On the GPU this is one round trip
+/// for all of them; on the CPU it is the plain loop.
+pub fn matvec_many(mats: &[&Mat], x: &[f32], outs: &mut [&mut [f32]]) -> anyhow::Result<()> {
+    anyhow::ensure!(mats.len() == outs.len(), "matvec_many: arity mismatch");
+    #[cfg(feature = "gpu")]
+    {
+        let gpu: Option<Vec<&crate::gpu::GpuMat>> = mats.iter().map(|m| m.gpu.as_deref()).collect();
+        if let Some(g) = gpu {
+            return crate::gpu::matvec_many(&g, x, outs);
+        }
+    }
+    for (m, o) in mats.iter().zip(outs.iter_mut()) {
+        m.matvec(x, o)?;
+    }
+    Ok(())
+}
+
 /// Dot product with 8 independent accumulators (lets the compiler vectorise).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];

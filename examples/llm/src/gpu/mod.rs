@@ -196,43 +196,81 @@ impl GpuMat {
 
     /// `out = W · x`, blocking until the result is back in host memory.
     pub fn matvec(&self, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
+        matvec_many(&[self], x, &mut [out])
+    }
+}
+
+/// `outs[i] = mats[i] · x` for several matrices sharing one input (q/k/v, gate/up), in a single
+/// submission and a single wait: one GPU round trip instead of one per matrix.
+pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        mats.len() == outs.len(),
+        "matvec_many: {} matrices, {} outputs",
+        mats.len(),
+        outs.len()
+    );
+    let Some(first) = mats.first() else {
+        return Ok(());
+    };
+    let ctx = &first.ctx;
+    for (m, o) in mats.iter().zip(outs.iter()) {
         anyhow::ensure!(
-            x.len() == self.cols && out.len() == self.rows,
+            Arc::ptr_eq(&m.ctx, ctx),
+            "matrices live on different GPU devices"
+        );
+        anyhow::ensure!(
+            x.len() == m.cols && o.len() == m.rows,
             "matvec shape mismatch"
         );
-        let (d, q) = (&self.ctx.device, &self.ctx.queue);
-        q.write_buffer(&self.x, 0, bytemuck::cast_slice(x));
-        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: None,
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&self.ctx.pipeline);
-            pass.set_bind_group(0, &self.bind, &[]);
-            pass.dispatch_workgroups(self.grid.0, self.grid.1, 1);
-        }
-        enc.copy_buffer_to_buffer(&self.y, 0, &self.staging, 0, (self.rows * 4) as u64);
-        q.submit([enc.finish()]);
-        let slice = self.staging.slice(..);
-        let (tx, rx) = mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
+    }
+    let (d, q) = (&ctx.device, &ctx.queue);
+    for m in mats {
+        q.write_buffer(&m.x, 0, bytemuck::cast_slice(x));
+    }
+    let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+    {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
         });
-        d.poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| anyhow!("GPU poll failed: {e}"))?;
-        rx.recv()
-            .context("GPU map callback dropped")?
-            .map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
+        pass.set_pipeline(&ctx.pipeline);
+        for m in mats {
+            pass.set_bind_group(0, &m.bind, &[]);
+            pass.dispatch_workgroups(m.grid.0, m.grid.1, 1);
+        }
+    }
+    for m in mats {
+        enc.copy_buffer_to_buffer(&m.y, 0, &m.staging, 0, (m.rows * 4) as u64);
+    }
+    q.submit([enc.finish()]);
+    let (tx, rx) = mpsc::channel();
+    for (i, m) in mats.iter().enumerate() {
+        let tx = tx.clone();
+        m.staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send((i, r));
+            });
+    }
+    drop(tx);
+    d.poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| anyhow!("GPU poll failed: {e}"))?;
+    for _ in 0..mats.len() {
+        let (_, r) = rx.recv().context("GPU map callback dropped")?;
+        r.map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
+    }
+    for (m, o) in mats.iter().zip(outs.iter_mut()) {
         {
-            let data = slice
+            let data = m
+                .staging
+                .slice(..)
                 .get_mapped_range()
                 .map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
-            out.copy_from_slice(bytemuck::cast_slice(&data));
+            o.copy_from_slice(bytemuck::cast_slice(&data));
         }
-        self.staging.unmap();
-        Ok(())
+        m.staging.unmap();
     }
+    Ok(())
 }
 
 /// Translates the WGSL kernels to Metal Shading Language with naga, the same translation wgpu
