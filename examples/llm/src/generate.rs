@@ -51,11 +51,7 @@ pub fn generate(
         ..Default::default()
     };
     let t0 = Instant::now();
-    let mut logits = None;
-    for (i, &t) in prompt.iter().enumerate() {
-        let last = i + 1 == prompt.len();
-        logits = model.forward(t, &mut cache, comm, last && root)?;
-    }
+    let mut logits = model.forward_batch(prompt, &mut cache, comm, root)?;
     out.prefill = t0.elapsed();
 
     let t1 = Instant::now();

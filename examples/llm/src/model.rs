@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::comm::Comm;
 use crate::config::ModelConfig;
 use crate::loader::{names, WeightSource};
-use crate::ops::{matvec_many, rmsnorm, rmsnorm_inplace, rope, rope_inv_freq, silu, softmax, Mat};
+use crate::ops::{matmul_many, rmsnorm, rmsnorm_inplace, rope, rope_inv_freq, silu, softmax, Mat};
 use crate::shard::ShardPlan;
 
 /// One decoder layer's shard.
@@ -246,16 +246,28 @@ impl Model {
         comm: &dyn Comm,
         want_logits: bool,
     ) -> anyhow::Result<Option<Vec<f32>>> {
+        self.forward_batch(&[token], cache, comm, want_logits)
+    }
+
+    /// Runs `tokens` (positions `cache.len()..`) through the model at once, with causal
+    /// attention, and appends their K/V. Used for prefill: weights are read once for all tokens
+    /// and each layer does its two `all_sum`s on `tokens.len() x hidden` values instead of one
+    /// pair per token. Returns the logits of the last token when `want_logits`.
+    pub fn forward_batch(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        comm: &dyn Comm,
+        want_logits: bool,
+    ) -> anyhow::Result<Option<Vec<f32>>> {
         let cfg = &self.cfg;
-        let pos = cache.len;
+        let t = tokens.len();
+        ensure!(t > 0, "forward on no tokens");
+        let pos0 = cache.len;
         ensure!(
-            pos < cfg.max_seq_len,
+            pos0 + t <= cfg.max_seq_len,
             "context full ({} tokens)",
             cfg.max_seq_len
-        );
-        ensure!(
-            (token as usize) < cfg.vocab_size,
-            "token {token} out of vocabulary"
         );
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let n_q = self.plan.q_heads.len();
@@ -263,45 +275,62 @@ impl Model {
         let group = cfg.group_size();
         let scale = 1.0 / (hd as f32).sqrt();
 
-        let t = token as usize;
-        let mut x = self.embed.data[t * h..(t + 1) * h].to_vec();
-        let mut xn = vec![0f32; h];
-        let mut q = vec![0f32; n_q * hd];
-        let mut k = vec![0f32; n_kv * hd];
-        let mut v = vec![0f32; n_kv * hd];
-        let mut att = vec![0f32; n_q * hd];
-        let mut part = vec![0f32; h];
+        let mut x = Vec::with_capacity(t * h);
+        for &tok in tokens {
+            let i = tok as usize;
+            ensure!(i < cfg.vocab_size, "token {tok} out of vocabulary");
+            x.extend_from_slice(&self.embed.data[i * h..(i + 1) * h]);
+        }
+        let mut xn = vec![0f32; t * h];
+        let mut q = vec![0f32; t * n_q * hd];
+        let mut k = vec![0f32; t * n_kv * hd];
+        let mut v = vec![0f32; t * n_kv * hd];
+        let mut att = vec![0f32; t * n_q * hd];
+        let mut part = vec![0f32; t * h];
         let nf = self.plan.ffn.len();
-        let mut gate = vec![0f32; nf];
-        let mut up = vec![0f32; nf];
+        let mut gate = vec![0f32; t * nf];
+        let mut up = vec![0f32; t * nf];
 
         for (li, l) in self.layers.iter().enumerate() {
             // ---- attention on this rank's heads ----
-            rmsnorm(&x, &l.attn_norm, cfg.rms_eps, &mut xn);
+            for (xr, nr) in x.chunks_exact(h).zip(xn.chunks_exact_mut(h)) {
+                rmsnorm(xr, &l.attn_norm, cfg.rms_eps, nr);
+            }
             if n_q > 0 {
-                matvec_many(&[&l.wq, &l.wk, &l.wv], &xn, &mut [&mut q, &mut k, &mut v])?;
+                matmul_many(
+                    &[&l.wq, &l.wk, &l.wv],
+                    &xn,
+                    t,
+                    &mut [&mut q, &mut k, &mut v],
+                )?;
                 for (y, b) in [(&mut q, &l.bq), (&mut k, &l.bk), (&mut v, &l.bv)] {
                     if let Some(b) = b {
-                        y.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-                    }
-                }
-                for (y, norm) in [(&mut q, &l.q_norm), (&mut k, &l.k_norm)] {
-                    for head in y.chunks_exact_mut(hd) {
-                        if let Some(w) = norm {
-                            rmsnorm_inplace(head, w, cfg.rms_eps);
+                        for row in y.chunks_exact_mut(b.len()) {
+                            row.iter_mut().zip(b).for_each(|(a, b)| *a += b);
                         }
-                        rope(head, pos, &self.inv_freq, cfg.rope_style);
                     }
                 }
+                for (y, norm, heads) in [(&mut q, &l.q_norm, n_q), (&mut k, &l.k_norm, n_kv)] {
+                    for (tok, row) in y.chunks_exact_mut(heads * hd).enumerate() {
+                        for head in row.chunks_exact_mut(hd) {
+                            if let Some(w) = norm {
+                                rmsnorm_inplace(head, w, cfg.rms_eps);
+                            }
+                            rope(head, pos0 + tok, &self.inv_freq, cfg.rope_style);
+                        }
+                    }
+                }
+                // Cache layout [pos][kv_head][head_dim] is exactly the token-major k/v layout.
                 cache.k[li].extend_from_slice(&k);
                 cache.v[li].extend_from_slice(&v);
                 let (kc, vc) = (&cache.k[li], &cache.v[li]);
-                let seq = pos + 1;
                 att.par_chunks_mut(hd)
                     .zip(q.par_chunks(hd))
                     .enumerate()
-                    .for_each(|(qh, (out, qv))| {
+                    .for_each(|(i, (out, qv))| {
+                        let (tok, qh) = (i / n_q, i % n_q);
                         let kvh = qh / group; // local KV head serving local query head qh
+                        let seq = pos0 + tok + 1; // causal: up to and including this token
                         let mut scores: Vec<f32> = (0..seq)
                             .map(|p| {
                                 let kv = &kc[(p * n_kv + kvh) * hd..][..hd];
@@ -315,7 +344,7 @@ impl Model {
                             out.iter_mut().zip(vv).for_each(|(o, &vi)| *o += s * vi);
                         }
                     });
-                l.wo.matvec(&att, &mut part)?;
+                matmul_many(&[&l.wo], &att, t, &mut [&mut part])?;
             } else {
                 // No heads here (more ranks than KV heads): contribute zeros to the sum.
                 part.fill(0.0);
@@ -325,26 +354,29 @@ impl Model {
             x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
 
             // ---- SwiGLU MLP on this rank's features ----
-            rmsnorm(&x, &l.ffn_norm, cfg.rms_eps, &mut xn);
-            matvec_many(&[&l.w_gate, &l.w_up], &xn, &mut [&mut gate, &mut up])?;
+            for (xr, nr) in x.chunks_exact(h).zip(xn.chunks_exact_mut(h)) {
+                rmsnorm(xr, &l.ffn_norm, cfg.rms_eps, nr);
+            }
+            matmul_many(&[&l.w_gate, &l.w_up], &xn, t, &mut [&mut gate, &mut up])?;
             gate.iter_mut()
                 .zip(&up)
                 .for_each(|(g, u)| *g = silu(*g) * u);
-            l.w_down.matvec(&gate, &mut part)?;
+            matmul_many(&[&l.w_down], &gate, t, &mut [&mut part])?;
             comm.all_sum(&mut part)
                 .with_context(|| format!("all_sum after MLP, layer {li}"))?;
             x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
         }
-        cache.len += 1;
+        cache.len += t;
 
         if !want_logits {
             return Ok(None);
         }
         ensure!(self.plan.rank == 0, "only rank 0 holds the output head");
-        rmsnorm_inplace(&mut x, &self.final_norm, cfg.rms_eps);
+        let mut last = x[(t - 1) * h..].to_vec();
+        rmsnorm_inplace(&mut last, &self.final_norm, cfg.rms_eps);
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let mut logits = vec![0f32; cfg.vocab_size];
-        head.matvec(&x, &mut logits)?;
+        head.matvec(&last, &mut logits)?;
         Ok(Some(logits))
     }
 }

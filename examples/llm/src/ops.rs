@@ -41,6 +41,38 @@ impl Mat {
         }
     }
 
+    /// `out` (`t x rows`) = `xs` (`t x cols`) · selfᵀ, on the CPU.
+    pub fn matmul(&self, xs: &[f32], t: usize, out: &mut [f32]) -> anyhow::Result<()> {
+        let (rows, cols) = (self.rows, self.cols);
+        anyhow::ensure!(
+            xs.len() == t * cols && out.len() == t * rows,
+            "matmul shape mismatch"
+        );
+        if rows == 0 || cols == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
+        // Compute row-major by weight row ([rows][t]) so tasks own contiguous output, then
+        // transpose into the token-major layout the caller wants.
+        let mut tr = vec![0f32; rows * t];
+        let rows_per_task = (16384 / cols).clamp(1, 64);
+        tr.par_chunks_mut(rows_per_task * t)
+            .zip(self.data.par_chunks(rows_per_task * cols))
+            .for_each(|(o, w)| {
+                for (ri, row) in w.chunks_exact(cols).enumerate() {
+                    for (tk, x) in xs.chunks_exact(cols).enumerate() {
+                        o[ri * t + tk] = dot(row, x);
+                    }
+                }
+            });
+        for (r, col) in tr.chunks_exact(t).enumerate() {
+            for (tk, &v) in col.iter().enumerate() {
+                out[tk * rows + r] = v;
+            }
+        }
+        Ok(())
+    }
+
     /// `out = self · x`.
     pub fn matvec(&self, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
         anyhow::ensure!(
@@ -74,6 +106,38 @@ impl Mat {
             });
         Ok(())
     }
+}
+
+/// Batched products for prefill: `outs[i]` (`t x rows_i`, row-major) = `xs` (`t x cols`) times
+/// `mats[i]` transposed. On the CPU each weight row is read once for all `t` tokens (decode is
+/// memory-bound, so this is where batching pays); on the GPU it is one round trip per token.
+pub fn matmul_many(
+    mats: &[&Mat],
+    xs: &[f32],
+    t: usize,
+    outs: &mut [&mut [f32]],
+) -> anyhow::Result<()> {
+    anyhow::ensure!(mats.len() == outs.len(), "matmul_many: arity mismatch");
+    if t == 1 {
+        return matvec_many(mats, xs, outs);
+    }
+    #[cfg(feature = "gpu")]
+    if mats.iter().any(|m| m.gpu.is_some()) {
+        for tok in 0..t {
+            let x = &xs[tok * mats[0].cols..(tok + 1) * mats[0].cols];
+            let mut o: Vec<&mut [f32]> = outs
+                .iter_mut()
+                .zip(mats)
+                .map(|(o, m)| &mut o[tok * m.rows..(tok + 1) * m.rows])
+                .collect();
+            matvec_many(mats, x, &mut o)?;
+        }
+        return Ok(());
+    }
+    for (m, o) in mats.iter().zip(outs.iter_mut()) {
+        m.matmul(xs, t, o)?;
+    }
+    Ok(())
 }
 
 /// `outs[i] = mats[i] · x` for matrices sharing an input. On the GPU this is one round trip

@@ -124,3 +124,35 @@ fn rope_conventions_agree_under_permutation() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// Prefill in one batch (causal attention inside the batch) must equal feeding the prompt one
+/// token at a time, and leave the same KV cache behind.
+#[test]
+fn batched_prefill_matches_token_by_token() {
+    use boltccl_llm::comm::SingleRank;
+    use boltccl_llm::model::Model;
+    use boltccl_llm::shard::ShardPlan;
+    let spec = Spec::odd();
+    let dir = write_checkpoint(&spec, &tensors(&spec), StoreDtype::F32);
+    let src = open(&dir);
+    let model = Model::load(src.as_ref(), ShardPlan::new(src.config(), 0, 1).unwrap()).unwrap();
+    let mut a = model.new_cache();
+    let mut b = model.new_cache();
+    let la = model.forward_batch(&PROMPT, &mut a, &SingleRank, true).unwrap().unwrap();
+    let mut lb = None;
+    for &t in &PROMPT {
+        lb = model.forward(t, &mut b, &SingleRank, true).unwrap();
+    }
+    let lb = lb.unwrap();
+    assert!(max_diff(&[la], &[lb]) <= 1e-5);
+    assert_eq!(a.len(), b.len());
+    // A second batch on top of a filled cache, against single steps.
+    let more = [9, 1, 7];
+    let la = model.forward_batch(&more, &mut a, &SingleRank, true).unwrap().unwrap();
+    let mut lb = None;
+    for &t in &more {
+        lb = model.forward(t, &mut b, &SingleRank, true).unwrap();
+    }
+    assert!(max_diff(&[la], &[lb.unwrap()]) <= 1e-5);
+    let _ = std::fs::remove_dir_all(dir);
+}
