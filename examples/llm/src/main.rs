@@ -10,7 +10,7 @@ use clap::{Parser, ValueEnum};
 use boltccl_llm::comm::{Comm, LocalThreadComm, SingleRank, TimedComm};
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::loader::{self, Checkpoint};
-use boltccl_llm::model::Model;
+use boltccl_llm::model::{LoadOptions, Model};
 use boltccl_llm::sample::Sampler;
 use boltccl_llm::shard::ShardPlan;
 use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
@@ -55,6 +55,10 @@ struct Args {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Keep Q8_0/Q4_0/Q4_1 GGUF weights quantised in memory (4-8x smaller; multiplied block by
+    /// block) instead of expanding them to f32 at load.
+    #[arg(long)]
+    keep_quantized: bool,
     /// Run N ranks as threads in this process (in-process stand-in for a boltccl group). With
     /// the `boltccl` feature, setting BOLTCCL_WORLD_SIZE etc. makes this process one rank of a
     /// real multi-process group instead.
@@ -116,8 +120,11 @@ fn run_rank(
 ) -> anyhow::Result<GenOutput> {
     let t = Instant::now();
     let plan = ShardPlan::new(ck.weights.config(), comm.rank(), comm.size())?;
-    #[allow(unused_mut)]
-    let mut model = Model::load(ck.weights.as_ref(), plan)?;
+    let opts = LoadOptions {
+        keep_quantized: args.keep_quantized,
+    };
+    #[allow(unused_mut)] // mutated only by the GPU upload
+    let mut model = Model::load_with(ck.weights.as_ref(), plan, opts)?;
     #[cfg(feature = "gpu")]
     if let Some(ctx) = gpu {
         model.upload_to_gpu(ctx);

@@ -92,16 +92,37 @@ fn optional_slice(
     Ok(Some(t.data[r].to_vec()))
 }
 
+/// How [`Model::load_with`] stores the weights (default: f32).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Keep block-quantised GGUF weights (Q8_0/Q4_0/Q4_1) in their encoding and multiply
+    /// them block by block, instead of expanding them to f32 at load. 4-8x less memory; on
+    /// the 2-core x86 dev box it decodes slower than f32 (the f32 path is memory-bound, the
+    /// quantised one compute-bound), so it is opt-in.
+    pub keep_quantized: bool,
+}
+
 /// Loads rows `r` of a `[rows_total, cols]` weight.
 fn rows(
     src: &dyn WeightSource,
     name: &str,
     r: std::ops::Range<usize>,
     cols: usize,
+    opts: LoadOptions,
 ) -> anyhow::Result<Mat> {
     let n = r.len();
     if n == 0 {
         return Ok(Mat::new(0, cols, Vec::new()));
+    }
+    if opts.keep_quantized {
+        if let Some(q) = src.quant_rows(name, r.clone())? {
+            ensure!(
+                q.cols == cols,
+                "{name}: expected {cols} columns, got {}",
+                q.cols
+            );
+            return Ok(Mat::quantized(q));
+        }
     }
     let t = src.tensor_rows(name, r)?;
     ensure!(
@@ -118,9 +139,18 @@ fn cols(
     name: &str,
     c: std::ops::Range<usize>,
     nrows: usize,
+    opts: LoadOptions,
 ) -> anyhow::Result<Mat> {
     if c.is_empty() {
         return Ok(Mat::new(nrows, 0, Vec::new()));
+    }
+    if opts.keep_quantized {
+        if let Some(q) = src.quant_rows(name, 0..nrows)? {
+            // Shards on quantisation-block boundaries stay quantised; others fall through.
+            if let Some(s) = q.slice_cols(c.clone()) {
+                return Ok(Mat::quantized(s));
+            }
+        }
     }
     let t = src.tensor(name)?;
     ensure!(
@@ -143,19 +173,22 @@ impl Model {
     /// Only rank 0 keeps a separate LM head: rank 0 chooses every token and broadcasts it, so
     /// the other ranks never need logits.
     pub fn load(src: &dyn WeightSource, plan: ShardPlan) -> anyhow::Result<Self> {
+        Self::load_with(src, plan, LoadOptions::default())
+    }
+
+    /// [`Model::load`] with explicit storage options.
+    pub fn load_with(
+        src: &dyn WeightSource,
+        plan: ShardPlan,
+        opts: LoadOptions,
+    ) -> anyhow::Result<Self> {
         let cfg = src.config().clone();
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-        let embed_t = src.tensor(names::EMBED)?;
-        ensure!(
-            embed_t.rows() == cfg.vocab_size && embed_t.cols() == h,
-            "embedding shape {:?} does not match vocab {} x hidden {h}",
-            embed_t.shape,
-            cfg.vocab_size
-        );
-        let embed = Mat::new(cfg.vocab_size, h, embed_t.data);
+        let embed = rows(src, names::EMBED, 0..cfg.vocab_size, h, opts)
+            .context("embedding (vocab x hidden)")?;
         let tied = cfg.tie_embeddings || !src.contains(names::LM_HEAD);
         let lm_head = if !tied && plan.rank == 0 {
-            Some(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h)?)
+            Some(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h, opts)?)
         } else {
             None
         };
@@ -166,19 +199,19 @@ impl Model {
             let n = |s: &str| names::layer(i, s);
             let layer = Layer {
                 attn_norm: vector(src, &n("input_layernorm.weight"), h)?,
-                wq: rows(src, &n("self_attn.q_proj.weight"), q_rows.clone(), h)?,
-                wk: rows(src, &n("self_attn.k_proj.weight"), kv_rows.clone(), h)?,
-                wv: rows(src, &n("self_attn.v_proj.weight"), kv_rows.clone(), h)?,
+                wq: rows(src, &n("self_attn.q_proj.weight"), q_rows.clone(), h, opts)?,
+                wk: rows(src, &n("self_attn.k_proj.weight"), kv_rows.clone(), h, opts)?,
+                wv: rows(src, &n("self_attn.v_proj.weight"), kv_rows.clone(), h, opts)?,
                 bq: optional_slice(src, &n("self_attn.q_proj.bias"), q_rows.clone())?,
                 bk: optional_slice(src, &n("self_attn.k_proj.bias"), kv_rows.clone())?,
                 bv: optional_slice(src, &n("self_attn.v_proj.bias"), kv_rows.clone())?,
                 q_norm: optional_slice(src, &n("self_attn.q_norm.weight"), 0..hd)?,
                 k_norm: optional_slice(src, &n("self_attn.k_norm.weight"), 0..hd)?,
-                wo: cols(src, &n("self_attn.o_proj.weight"), q_rows.clone(), h)?,
+                wo: cols(src, &n("self_attn.o_proj.weight"), q_rows.clone(), h, opts)?,
                 ffn_norm: vector(src, &n("post_attention_layernorm.weight"), h)?,
-                w_gate: rows(src, &n("mlp.gate_proj.weight"), plan.ffn.clone(), h)?,
-                w_up: rows(src, &n("mlp.up_proj.weight"), plan.ffn.clone(), h)?,
-                w_down: cols(src, &n("mlp.down_proj.weight"), plan.ffn.clone(), h)?,
+                w_gate: rows(src, &n("mlp.gate_proj.weight"), plan.ffn.clone(), h, opts)?,
+                w_up: rows(src, &n("mlp.up_proj.weight"), plan.ffn.clone(), h, opts)?,
+                w_down: cols(src, &n("mlp.down_proj.weight"), plan.ffn.clone(), h, opts)?,
             };
             ensure!(
                 cfg.qkv_bias == layer.bq.is_some(),
@@ -275,11 +308,13 @@ impl Model {
         let group = cfg.group_size();
         let scale = 1.0 / (hd as f32).sqrt();
 
-        let mut x = Vec::with_capacity(t * h);
-        for &tok in tokens {
-            let i = tok as usize;
-            ensure!(i < cfg.vocab_size, "token {tok} out of vocabulary");
-            x.extend_from_slice(&self.embed.data[i * h..(i + 1) * h]);
+        let mut x = vec![0f32; t * h];
+        for (&tok, xr) in tokens.iter().zip(x.chunks_exact_mut(h)) {
+            ensure!(
+                (tok as usize) < cfg.vocab_size,
+                "token {tok} out of vocabulary"
+            );
+            self.embed.row_into(tok as usize, xr);
         }
         let mut xn = vec![0f32; t * h];
         let mut q = vec![0f32; t * n_q * hd];

@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 
 use crate::config::RopeStyle;
+use crate::quant::QuantRows;
 
 /// Row-major f32 matrix `[rows, cols]` (a linear layer's weight, `out x in`).
 #[derive(Debug, Clone, Default)]
@@ -13,6 +14,8 @@ pub struct Mat {
     pub cols: usize,
     /// Elements, row-major.
     pub data: Vec<f32>,
+    /// Block-quantised storage; when set, `data` is empty and rows are decoded on the fly.
+    pub quant: Option<QuantRows>,
     /// GPU-resident copy; when set, products run on the GPU.
     #[cfg(feature = "gpu")]
     pub gpu: Option<std::sync::Arc<crate::gpu::GpuMat>>,
@@ -26,8 +29,49 @@ impl Mat {
             rows,
             cols,
             data,
+            quant: None,
             #[cfg(feature = "gpu")]
             gpu: None,
+        }
+    }
+
+    /// A matrix that stays in its quantised encoding.
+    pub fn quantized(q: QuantRows) -> Self {
+        Self {
+            rows: q.rows(),
+            cols: q.cols,
+            data: Vec::new(),
+            quant: Some(q),
+            #[cfg(feature = "gpu")]
+            gpu: None,
+        }
+    }
+
+    /// Copies row `r` (decoded) into `out`.
+    pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        match &self.quant {
+            Some(q) => q.dequantize_row(r, out),
+            None => out.copy_from_slice(&self.data[r * self.cols..(r + 1) * self.cols]),
+        }
+    }
+
+    /// Runs `f(row_index, row_values)` for rows `start..start + n`, decoding quantised rows
+    /// into a scratch buffer.
+    fn for_rows(&self, start: usize, n: usize, mut f: impl FnMut(usize, &[f32])) {
+        match &self.quant {
+            Some(q) => {
+                let mut buf = vec![0f32; self.cols];
+                for i in 0..n {
+                    q.dequantize_row(start + i, &mut buf);
+                    f(i, &buf);
+                }
+            }
+            None => {
+                let rows = &self.data[start * self.cols..(start + n) * self.cols];
+                for (i, row) in rows.chunks_exact(self.cols).enumerate() {
+                    f(i, row);
+                }
+            }
         }
     }
 
@@ -36,7 +80,16 @@ impl Mat {
     #[cfg(feature = "gpu")]
     pub fn upload(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>) {
         if self.rows > 0 && self.cols > 0 {
-            let g = crate::gpu::GpuMat::upload(ctx, self.rows, self.cols, &self.data);
+            // The GPU kernels are f32-only: quantised matrices are decoded for the upload.
+            let dense;
+            let data = match &self.quant {
+                Some(q) => {
+                    dense = q.dequantize_all();
+                    &dense
+                }
+                None => &self.data,
+            };
+            let g = crate::gpu::GpuMat::upload(ctx, self.rows, self.cols, data);
             self.gpu = Some(std::sync::Arc::new(g));
         }
     }
@@ -56,15 +109,29 @@ impl Mat {
         // transpose into the token-major layout the caller wants.
         let mut tr = vec![0f32; rows * t];
         let rows_per_task = (16384 / cols).clamp(1, 64);
-        tr.par_chunks_mut(rows_per_task * t)
-            .zip(self.data.par_chunks(rows_per_task * cols))
-            .for_each(|(o, w)| {
-                for (ri, row) in w.chunks_exact(cols).enumerate() {
-                    for (tk, x) in xs.chunks_exact(cols).enumerate() {
-                        o[ri * t + tk] = dot(row, x);
+        if let Some(q) = &self.quant {
+            let sums: Vec<Vec<f32>> = xs.chunks_exact(cols).map(|x| q.block_sums(x)).collect();
+            tr.par_chunks_mut(rows_per_task * t)
+                .enumerate()
+                .for_each(|(ci, o)| {
+                    for (ri, orow) in o.chunks_exact_mut(t).enumerate() {
+                        let r = ci * rows_per_task + ri;
+                        for (tk, x) in xs.chunks_exact(cols).enumerate() {
+                            orow[tk] = q.dot_row(r, x, &sums[tk]);
+                        }
                     }
-                }
-            });
+                });
+        } else {
+            tr.par_chunks_mut(rows_per_task * t)
+                .enumerate()
+                .for_each(|(ci, o)| {
+                    self.for_rows(ci * rows_per_task, o.len() / t, |ri, row| {
+                        for (tk, x) in xs.chunks_exact(cols).enumerate() {
+                            o[ri * t + tk] = dot(row, x);
+                        }
+                    });
+                });
+        }
         for (r, col) in tr.chunks_exact(t).enumerate() {
             for (tk, &v) in col.iter().enumerate() {
                 out[tk * rows + r] = v;
@@ -97,12 +164,21 @@ impl Mat {
         }
         // Chunks of rows per task keep rayon's overhead small relative to the dot products.
         let rows_per_task = (16384 / self.cols).clamp(1, 64);
+        if let Some(q) = &self.quant {
+            let sums = q.block_sums(x);
+            out.par_chunks_mut(rows_per_task)
+                .enumerate()
+                .for_each(|(ci, o)| {
+                    for (i, oi) in o.iter_mut().enumerate() {
+                        *oi = q.dot_row(ci * rows_per_task + i, x, &sums);
+                    }
+                });
+            return Ok(());
+        }
         out.par_chunks_mut(rows_per_task)
-            .zip(self.data.par_chunks(rows_per_task * self.cols))
-            .for_each(|(o, w)| {
-                for (oi, row) in o.iter_mut().zip(w.chunks_exact(self.cols)) {
-                    *oi = dot(row, x);
-                }
+            .enumerate()
+            .for_each(|(ci, o)| {
+                self.for_rows(ci * rows_per_task, o.len(), |i, row| o[i] = dot(row, x));
             });
         Ok(())
     }

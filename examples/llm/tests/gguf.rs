@@ -112,11 +112,58 @@ fn quantised_gguf_matches_dense_safetensors_at_tp_1_2_3() {
 
     let prompt = [1, 2, 3, 60, 7];
     let base = run_tp(d.as_ref(), 1, &prompt, 10);
-    for tp in [1, 2, 3] {
-        let out = run_tp(g.as_ref(), tp, &prompt, 10);
-        assert_eq!(out.tokens, base.tokens, "TP={tp}");
-        let diff = max_diff(&out.logits, &base.logits);
-        assert!(diff <= 1e-4, "TP={tp}: {diff}");
+    // Both storage modes: f32 expansion, and quantised blocks (whose row-parallel shards are
+    // sliced on block boundaries).
+    for keep_quantized in [false, true] {
+        for tp in [1, 2, 3] {
+            let opts = boltccl_llm::model::LoadOptions { keep_quantized };
+            let out = common::run_tp_with(g.as_ref(), tp, &prompt, 10, opts);
+            assert_eq!(
+                out.tokens, base.tokens,
+                "TP={tp} quantized={keep_quantized}"
+            );
+            let diff = max_diff(&out.logits, &base.logits);
+            assert!(diff <= 1e-4, "TP={tp} quantized={keep_quantized}: {diff}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+    let _ = std::fs::remove_dir_all(st);
+}
+
+#[test]
+fn quantized_storage_matches_f32_expansion() {
+    use boltccl_llm::comm::SingleRank;
+    use boltccl_llm::model::{LoadOptions, Model};
+    use boltccl_llm::shard::ShardPlan;
+    let (gguf, st) = build();
+    let g = loader::open(&gguf).unwrap().weights;
+    // The GGUF path really keeps quantised tensors (this is what the option switches).
+    assert!(g
+        .quant_rows("model.layers.0.mlp.up_proj.weight", 0..4)
+        .unwrap()
+        .is_some());
+    assert!(g.quant_rows("model.norm.weight", 0..1).unwrap().is_none());
+    let plan = ShardPlan::new(g.config(), 0, 1).unwrap();
+    let q = Model::load(g.as_ref(), plan.clone()).unwrap();
+    let f = Model::load_with(
+        g.as_ref(),
+        plan,
+        LoadOptions {
+            keep_quantized: false,
+        },
+    )
+    .unwrap();
+    let (mut cq, mut cf) = (q.new_cache(), f.new_cache());
+    for toks in [&[5u32, 6, 7][..], &[8], &[9]] {
+        let lq = q
+            .forward_batch(toks, &mut cq, &SingleRank, true)
+            .unwrap()
+            .unwrap();
+        let lf = f
+            .forward_batch(toks, &mut cf, &SingleRank, true)
+            .unwrap()
+            .unwrap();
+        assert!(max_diff(&[lq], &[lf]) <= 1e-5);
     }
     let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
     let _ = std::fs::remove_dir_all(st);

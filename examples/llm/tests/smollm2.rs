@@ -40,4 +40,13 @@ fn smollm2_greedy_identical_across_tp() {
         eprintln!("TP={tp}: same 24 tokens, max |logit diff| = {d:.2e}");
         assert!(d < 1e-3, "TP={tp} logits differ by {d}");
     }
+    // Weights kept Q4_1/Q8_0 in memory: same answer, TP=2 splits on quantisation blocks.
+    let opts = boltccl_llm::model::LoadOptions {
+        keep_quantized: true,
+    };
+    let q = common::run_tp_with(src, 2, &prompt, 24, opts);
+    let d = max_diff(&q.logits, &base.logits);
+    eprintln!("quantised storage TP=2: max |logit diff| vs f32 TP=1 = {d:.2e}");
+    assert!(d < 1e-2, "quantised storage logits differ by {d}");
+    assert_eq!(q.tokens, base.tokens);
 }

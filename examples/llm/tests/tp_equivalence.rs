@@ -138,7 +138,10 @@ fn batched_prefill_matches_token_by_token() {
     let model = Model::load(src.as_ref(), ShardPlan::new(src.config(), 0, 1).unwrap()).unwrap();
     let mut a = model.new_cache();
     let mut b = model.new_cache();
-    let la = model.forward_batch(&PROMPT, &mut a, &SingleRank, true).unwrap().unwrap();
+    let la = model
+        .forward_batch(&PROMPT, &mut a, &SingleRank, true)
+        .unwrap()
+        .unwrap();
     let mut lb = None;
     for &t in &PROMPT {
         lb = model.forward(t, &mut b, &SingleRank, true).unwrap();
@@ -148,7 +151,10 @@ fn batched_prefill_matches_token_by_token() {
     assert_eq!(a.len(), b.len());
     // A second batch on top of a filled cache, against single steps.
     let more = [9, 1, 7];
-    let la = model.forward_batch(&more, &mut a, &SingleRank, true).unwrap().unwrap();
+    let la = model
+        .forward_batch(&more, &mut a, &SingleRank, true)
+        .unwrap()
+        .unwrap();
     let mut lb = None;
     for &t in &more {
         lb = model.forward(t, &mut b, &SingleRank, true).unwrap();

@@ -11,7 +11,7 @@ use memmap2::Mmap;
 
 use super::{names, Tensor, WeightSource};
 use crate::config::{ModelConfig, RopeStyle};
-use crate::quant::{dequantize, GgmlType};
+use crate::quant::{dequantize, GgmlType, QuantRows};
 use crate::tokenizer::Tokenizer;
 
 /// A metadata value.
@@ -429,5 +429,15 @@ impl WeightSource for GgufModel {
             shape: vec![r.len(), cols],
             data,
         })
+    }
+    fn quant_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Option<QuantRows>> {
+        let (t, g) = self.info(name)?;
+        if t.shape.len() != 2 || !matches!(t.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) {
+            return Ok(None);
+        }
+        ensure!(r.end <= t.shape[0], "{g}: rows {r:?} out of {}", t.shape[0]);
+        let row_bytes = t.ty.bytes_for(t.shape[1])?;
+        let src = &self.bytes(t)[r.start * row_bytes..r.end * row_bytes];
+        Ok(Some(QuantRows::new(t.ty, t.shape[1], src.to_vec())?))
     }
 }

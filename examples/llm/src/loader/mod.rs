@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use crate::config::ModelConfig;
+use crate::quant::QuantRows;
 use crate::tokenizer::Tokenizer;
 
 /// A dense row-major f32 tensor. For a linear layer `shape == [out_features, in_features]`.
@@ -70,6 +71,11 @@ pub trait WeightSource: Send + Sync {
         let t = self.tensor(name)?;
         anyhow::ensure!(r.end <= t.rows(), "{name}: rows {r:?} out of {}", t.rows());
         Ok(t.slice_rows(r))
+    }
+    /// Rows `r` of a 2-D tensor in its block-quantised file encoding, when the file stores it
+    /// that way (GGUF Q8_0 / Q4_0 / Q4_1). `None` means: use the f32 path.
+    fn quant_rows(&self, _name: &str, _r: Range<usize>) -> anyhow::Result<Option<QuantRows>> {
+        Ok(None)
     }
 }
 

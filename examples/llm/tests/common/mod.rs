@@ -13,7 +13,7 @@ use boltccl_llm::config::RopeStyle;
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::loader::safetensors::{write_safetensors, StoreDtype};
 use boltccl_llm::loader::{self, Tensor, WeightSource};
-use boltccl_llm::model::Model;
+use boltccl_llm::model::{LoadOptions, Model};
 use boltccl_llm::sample::{Rng, Sampler};
 use boltccl_llm::shard::ShardPlan;
 
@@ -196,6 +196,17 @@ pub fn write_config(dir: &Path, s: &Spec) {
 /// Runs greedy generation on `tp` in-process ranks; returns rank 0's output (tokens + logits)
 /// and checks every rank produced the same tokens.
 pub fn run_tp(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize) -> GenOutput {
+    run_tp_with(src, tp, prompt, n, LoadOptions::default())
+}
+
+/// [`run_tp`] with explicit weight storage options.
+pub fn run_tp_with(
+    src: &dyn WeightSource,
+    tp: usize,
+    prompt: &[u32],
+    n: usize,
+    opts: LoadOptions,
+) -> GenOutput {
     let world = LocalThreadComm::world(tp);
     let outs: Vec<GenOutput> = std::thread::scope(|s| {
         let hs: Vec<_> = world
@@ -203,7 +214,7 @@ pub fn run_tp(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize) -> Ge
             .map(|c| {
                 s.spawn(move || {
                     let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
-                    let model = Model::load(src, plan).unwrap();
+                    let model = Model::load_with(src, plan, opts).unwrap();
                     let opts = GenOptions {
                         max_tokens: n,
                         stop_token: None,
