@@ -77,8 +77,7 @@ fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, 
         _ => args.prompt.clone(),
     };
     let mut ids = Vec::new();
-    // ChatML prompts start with <|im_start|>; only prepend BOS for raw prompts.
-    if args.raw || ck.chat_template.is_none() {
+    if tok.add_bos {
         ids.extend(tok.bos);
     }
     ids.extend(tok.encode(&text, true)?);

@@ -56,6 +56,8 @@ pub struct Tokenizer {
     pub bos: Option<u32>,
     /// End-of-sequence token id.
     pub eos: Option<u32>,
+    /// Whether prompts start with [`Tokenizer::bos`] (`tokenizer.ggml.add_bos_token`).
+    pub add_bos: bool,
 }
 
 impl Tokenizer {
@@ -118,6 +120,7 @@ impl Tokenizer {
             cache: Mutex::new(HashMap::new()),
             bos,
             eos,
+            add_bos: false,
         })
     }
 

@@ -122,6 +122,9 @@ fn smollm2_vocabulary() {
     let ck = loader::open(&path).unwrap();
     let t = ck.tokenizer.expect("GGUF has a tokenizer");
     assert_eq!(t.vocab_size(), 49152);
+    // SmolLM2's GGUF says add_bos_token = false; EOS is <|im_end|>, which ends a chat turn.
+    assert!(!t.add_bos);
+    assert_eq!(t.eos, t.token_id("<|im_end|>"));
     // Common words are single tokens in a 49k byte-level BPE vocabulary.
     let ids = t.encode("Hello world", false).unwrap();
     assert_eq!(strs(&t, &ids), ["Hello", " world"]);

@@ -316,7 +316,13 @@ impl GgufModel {
             .get("tokenizer.ggml.pre")
             .and_then(Value::as_str)
             .unwrap_or("");
-        Ok(Some(tok.with_digit_split(pre == "smollm")))
+        let mut tok = tok.with_digit_split(pre == "smollm");
+        // Byte-level BPE models mostly do not use a BOS token; follow the file when it says.
+        tok.add_bos = matches!(
+            self.metadata.get("tokenizer.ggml.add_bos_token"),
+            Some(Value::Bool(true))
+        );
+        Ok(Some(tok))
     }
 
     /// The Jinja chat template string, if the file has one.
