@@ -107,11 +107,18 @@ pub struct HfConfig {
     pub attention_bias: bool,
     /// Non-standard extension used by our own test fixtures: `"neox"` or `"interleaved"`.
     pub rope_style: Option<String>,
+    /// RoPE scaling (Llama 3, YaRN, ...): not implemented, so its presence is an error rather
+    /// than silently wrong long-context output.
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
 }
 
 impl HfConfig {
     /// Converts to a [`ModelConfig`], applying the per-family defaults.
     pub fn to_model_config(&self) -> anyhow::Result<ModelConfig> {
+        if let Some(v) = self.rope_scaling.as_ref().filter(|v| !v.is_null()) {
+            anyhow::bail!("rope_scaling {v} is not supported by this example");
+        }
         let family = self.model_type.to_ascii_lowercase();
         let heads = self.num_attention_heads;
         let rope_style = match self.rope_style.as_deref() {

@@ -56,3 +56,19 @@ fn qwen_flags_and_missing_tensors() {
     assert!(format!("{err:#}").contains("up_proj"), "{err:#}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn unsupported_rope_scaling_is_refused() {
+    let s = Spec::odd();
+    let dir = write_checkpoint(&s, &tensors(&s), StoreDtype::F32);
+    let cfg_path = dir.join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    cfg["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 8.0});
+    std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let err = boltccl_llm::loader::open(&dir)
+        .err()
+        .expect("rope_scaling accepted");
+    assert!(format!("{err:#}").contains("rope_scaling"), "{err:#}");
+    let _ = std::fs::remove_dir_all(dir);
+}

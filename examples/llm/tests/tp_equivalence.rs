@@ -68,10 +68,12 @@ fn qwen2_bias_tp() {
 
 #[test]
 fn qwen3_qk_norm_tp() {
+    // Qwen3 style also decouples head_dim from hidden / heads (16 here, hidden 64, 8 heads).
     let s = Spec {
         model_type: "qwen3",
         rope: RopeStyle::NeoX,
-        tie: true,
+        tie: false,
+        head_dim: 16,
         seed: 4,
         ..Spec::even()
     };

@@ -358,6 +358,12 @@ fn config_from_metadata(
             .and_then(Value::as_usize)
             .with_context(|| format!("missing/invalid {arch}.{k}"))
     };
+    if let Some(t) = get("rope.scaling.type").and_then(Value::as_str) {
+        ensure!(
+            t == "none",
+            "RoPE scaling {t:?} is not supported by this example"
+        );
+    }
     let hidden = req("embedding_length")?;
     let heads = req("attention.head_count")?;
     let kv_heads = get("attention.head_count_kv")
