@@ -14,6 +14,23 @@ pub struct GenOptions {
     pub stop_token: Option<u32>,
     /// Keep every step's logits (rank 0 only), for tests.
     pub record_logits: bool,
+    /// After every forward pass, compare the residual-stream fingerprint of every rank with
+    /// rank 0's (one extra tiny broadcast) and fail on the first difference, instead of
+    /// letting ranks silently compute with different states.
+    pub check_sync: bool,
+}
+
+/// Fails if this rank's replicated state differs from rank 0's.
+fn check_sync(comm: &dyn Comm, fingerprint: u32, step: usize) -> anyhow::Result<()> {
+    let mut f = [fingerprint];
+    comm.broadcast_u32(&mut f, 0)?;
+    anyhow::ensure!(
+        f[0] == fingerprint,
+        "rank {} diverged from rank 0 at step {step}: the all_sum results were not bitwise \
+         identical on all ranks",
+        comm.rank()
+    );
+    Ok(())
 }
 
 /// Result of [`generate`].
@@ -52,6 +69,9 @@ pub fn generate(
     };
     let t0 = Instant::now();
     let mut logits = model.forward_batch(prompt, &mut cache, comm, root)?;
+    if opts.check_sync {
+        check_sync(comm, cache.fingerprint(), 0)?;
+    }
     out.prefill = t0.elapsed();
 
     let t1 = Instant::now();
@@ -74,6 +94,9 @@ pub fn generate(
         }
         if step + 1 < opts.max_tokens {
             logits = model.forward(tok, &mut cache, comm, root)?;
+            if opts.check_sync {
+                check_sync(comm, cache.fingerprint(), step + 1)?;
+            }
         }
     }
     out.decode = t1.elapsed();

@@ -55,6 +55,9 @@ struct Args {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Verify after every step that all ranks hold bit-identical replicated state.
+    #[arg(long)]
+    check_sync: bool,
     /// Keep Q8_0/Q4_0/Q4_1 GGUF weights quantised in memory (4-8x smaller; multiplied block by
     /// block) instead of expanding them to f32 at load.
     #[arg(long)]
@@ -145,6 +148,7 @@ fn run_rank(
         max_tokens: args.max_tokens,
         stop_token: tok.eos,
         record_logits: false,
+        check_sync: args.check_sync,
     };
     let mut dec = StreamDecoder::default();
     let mut stdout = std::io::stdout();

@@ -42,12 +42,19 @@ pub struct KvCache {
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
     len: usize,
+    fingerprint: u32,
 }
 
 impl KvCache {
     /// Number of cached positions.
     pub fn len(&self) -> usize {
         self.len
+    }
+    /// Hash of the bits of the residual stream after the last forward pass. It is replicated
+    /// state, so it must be equal on every rank; comparing it detects ranks that drifted apart
+    /// (e.g. a collective that did not return identical bits everywhere).
+    pub fn fingerprint(&self) -> u32 {
+        self.fingerprint
     }
     /// Whether no position is cached yet.
     pub fn is_empty(&self) -> bool {
@@ -267,6 +274,7 @@ impl Model {
             k: vec![Vec::new(); self.layers.len()],
             v: vec![Vec::new(); self.layers.len()],
             len: 0,
+            fingerprint: 0,
         }
     }
 
@@ -402,6 +410,10 @@ impl Model {
             x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
         }
         cache.len += t;
+        // FNV-1a over the exact bits: any 1-ulp difference between ranks changes it.
+        cache.fingerprint = x.iter().fold(0x811c_9dc5u32, |h, v| {
+            (h ^ v.to_bits()).wrapping_mul(0x0100_0193)
+        });
 
         if !want_logits {
             return Ok(None);

@@ -1,4 +1,6 @@
-//! The in-process comm stand-in and the sampler.
+//! The in-process comm stand-in, the rank-divergence check, and the sampler.
+
+mod common;
 
 use boltccl_llm::comm::{Comm, LocalThreadComm};
 use boltccl_llm::sample::{argmax, Sampler};
@@ -72,4 +74,87 @@ fn sampler_greedy_seeded_and_top_p() {
     let mut s = Sampler::new(1.0, 0.6, 3);
     let kept: std::collections::HashSet<u32> = (0..200).map(|_| s.pick(&logits)).collect();
     assert_eq!(kept, [1, 2].into_iter().collect());
+}
+
+/// A comm whose rank 1 gets a sum that is off by one ulp — the kind of non-determinism a
+/// careless mesh all-reduce produces. `check_sync` must catch it (a 1-ulp change can be rounded away for a step or two).
+struct SkewedComm(LocalThreadComm);
+
+impl Comm for SkewedComm {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn all_sum(&self, x: &mut [f32]) -> anyhow::Result<()> {
+        self.0.all_sum(x)?;
+        if self.rank() == 1 {
+            x[0] = f32::from_bits(x[0].to_bits() ^ 1);
+        }
+        Ok(())
+    }
+    fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
+        self.0.broadcast_u32(x, root)
+    }
+}
+
+#[test]
+fn check_sync_detects_diverging_ranks() {
+    use boltccl_llm::generate::{generate, GenOptions};
+    use boltccl_llm::loader::safetensors::StoreDtype;
+    use boltccl_llm::model::Model;
+    use boltccl_llm::shard::ShardPlan;
+    let spec = common::Spec::odd();
+    let dir = common::write_checkpoint(&spec, &common::tensors(&spec), StoreDtype::F32);
+    let src = common::open(&dir);
+    let src = src.as_ref();
+    for (skew, check) in [(true, true), (false, true), (true, false)] {
+        let results: Vec<anyhow::Result<_>> = std::thread::scope(|s| {
+            let hs: Vec<_> = LocalThreadComm::world(2)
+                .into_iter()
+                .map(|c| {
+                    s.spawn(move || {
+                        let plan = ShardPlan::new(src.config(), c.rank(), 2).unwrap();
+                        let model = Model::load(src, plan).unwrap();
+                        let opts = GenOptions {
+                            max_tokens: 4,
+                            stop_token: None,
+                            record_logits: false,
+                            check_sync: check,
+                        };
+                        let comm: Box<dyn Comm> = if skew {
+                            Box::new(SkewedComm(c))
+                        } else {
+                            Box::new(c)
+                        };
+                        generate(
+                            &model,
+                            comm.as_ref(),
+                            &[1, 2, 3],
+                            &mut Sampler::greedy(),
+                            &opts,
+                            |_| {},
+                        )
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let failed: Vec<String> = results
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(|e| format!("{e:#}")))
+            .collect();
+        match (skew, check) {
+            (true, true) => assert!(
+                failed
+                    .iter()
+                    .any(|e| e.contains("rank 1 diverged from rank 0 at step")),
+                "{failed:?}"
+            ),
+            // Without skew nothing fails; without the check the skew goes unnoticed.
+            _ => assert!(failed.is_empty(), "{failed:?}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -79,6 +79,7 @@ fn run_gpu(src: &dyn WeightSource, ctx: &Arc<GpuContext>, tp: usize, prompt: &[u
                         max_tokens: 8,
                         stop_token: None,
                         record_logits: true,
+                        check_sync: true,
                     };
                     generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
                 })

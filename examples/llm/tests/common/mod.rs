@@ -219,6 +219,7 @@ pub fn run_tp_with(
                         max_tokens: n,
                         stop_token: None,
                         record_logits: true,
+                        check_sync: true,
                     };
                     generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
                 })
