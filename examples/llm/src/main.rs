@@ -40,6 +40,10 @@ struct Args {
     /// Feed the prompt verbatim, without the chat template.
     #[arg(long)]
     raw: bool,
+    /// Prompt as comma-separated token ids (for checkpoints without a tokenizer, e.g.
+    /// safetensors); generated ids are then printed as numbers.
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
     /// Maximum number of new tokens.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
@@ -69,11 +73,17 @@ struct Args {
     local_ranks: usize,
 }
 
-fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, &'a Tokenizer)> {
+fn prompt_ids<'a>(
+    ck: &'a Checkpoint,
+    args: &Args,
+) -> anyhow::Result<(Vec<u32>, Option<&'a Tokenizer>)> {
+    if let Some(ids) = &args.prompt_ids {
+        return Ok((ids.clone(), ck.tokenizer.as_ref()));
+    }
     let tok = ck
         .tokenizer
         .as_ref()
-        .context("this checkpoint has no tokenizer (use a GGUF file)")?;
+        .context("this checkpoint has no tokenizer: use a GGUF file, or pass --prompt-ids 1,2,3")?;
     let text = match (&ck.chat_template, args.raw) {
         (Some(t), false) => Tokenizer::chatml_prompt(t, args.system.as_deref(), &args.prompt)
             .unwrap_or_else(|| args.prompt.clone()),
@@ -84,7 +94,7 @@ fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, 
         ids.extend(tok.bos);
     }
     ids.extend(tok.encode(&text, true)?);
-    Ok((ids, tok))
+    Ok((ids, Some(tok)))
 }
 
 /// The GPU device shared by all in-process ranks, when `--backend gpu`.
@@ -116,7 +126,7 @@ fn run_rank(
     ck: &Checkpoint,
     comm: &TimedComm<impl Comm>,
     ids: &[u32],
-    tok: &Tokenizer,
+    tok: Option<&Tokenizer>,
     args: &Args,
     gpu: &Gpu,
 ) -> anyhow::Result<GenOutput> {
@@ -146,14 +156,17 @@ fn run_rank(
     let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
     let opts = GenOptions {
         max_tokens: args.max_tokens,
-        stop_token: tok.eos,
+        stop_token: tok.and_then(|t| t.eos),
         record_logits: false,
         check_sync: args.check_sync,
     };
     let mut dec = StreamDecoder::default();
     let mut stdout = std::io::stdout();
     generate(&model, comm, ids, &mut sampler, &opts, |id| {
-        let _ = write!(stdout, "{}", dec.push(tok, id));
+        let _ = match tok {
+            Some(t) => write!(stdout, "{}", dec.push(t, id)),
+            None => write!(stdout, "{id} "),
+        };
         let _ = stdout.flush();
     })
 }
