@@ -1,4 +1,5 @@
-//! The tensor-parallel Llama/Qwen decoder (CPU, f32).
+//! The tensor-parallel Llama/Qwen decoder. Activations are f32 on the CPU; the matrix
+//! products run on f32 or block-quantised weights, on the CPU or (feature `gpu`) the GPU.
 //!
 //! Per layer, on every rank:
 //! `x += all_sum(o_proj_shard(attn(own heads)))`, then `x += all_sum(down_shard(swiglu(own

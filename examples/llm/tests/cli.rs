@@ -31,7 +31,10 @@ fn cli_generates_same_ids_at_tp_1_and_3() {
     let (o1, e1) = run(&dir, &[]);
     let ids: Vec<u32> = o1.split_whitespace().map(|t| t.parse().unwrap()).collect();
     assert_eq!(ids.len(), 6, "{o1}");
-    assert!(e1.contains("decode:") && e1.contains("tok/s") && e1.contains("all_sum:"), "{e1}");
+    assert!(
+        e1.contains("decode:") && e1.contains("tok/s") && e1.contains("all_sum:"),
+        "{e1}"
+    );
     let (o3, e3) = run(&dir, &["--local-ranks", "3", "--check-sync"]);
     assert_eq!(o3.trim(), o1.trim());
     assert!(e3.contains("world size 3"), "{e3}");
