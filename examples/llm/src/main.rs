@@ -191,7 +191,8 @@ fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) {
         n_dec as f64 / out.decode.as_secs_f64().max(1e-9)
     );
     eprintln!(
-        "all_sum: {} calls, {:.3}s = {:.1}% of prefill+decode time (rank 0, world size {})",
+        "all_sum: {} calls, {:.3}s = {:.1}% of prefill+decode time (rank 0, world size {}; \
+         includes waiting for slower ranks)",
         calls,
         ar.as_secs_f64(),
         100.0 * ar.as_secs_f64() / total.as_secs_f64().max(1e-9),
