@@ -59,6 +59,10 @@ struct Args {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Write rank 0's logits after the prompt (little-endian f32, vocab entries) to this file,
+    /// for cross-checks such as tools/reference_logits.py.
+    #[arg(long)]
+    dump_logits: Option<PathBuf>,
     /// Verify after every step that all ranks hold bit-identical replicated state.
     #[arg(long)]
     check_sync: bool,
@@ -157,18 +161,23 @@ fn run_rank(
     let opts = GenOptions {
         max_tokens: args.max_tokens,
         stop_token: tok.and_then(|t| t.eos),
-        record_logits: false,
+        record_logits: args.dump_logits.is_some(),
         check_sync: args.check_sync,
     };
     let mut dec = StreamDecoder::default();
     let mut stdout = std::io::stdout();
-    generate(&model, comm, ids, &mut sampler, &opts, |id| {
+    let out = generate(&model, comm, ids, &mut sampler, &opts, |id| {
         let _ = match tok {
             Some(t) => write!(stdout, "{}", dec.push(t, id)),
             None => write!(stdout, "{id} "),
         };
         let _ = stdout.flush();
-    })
+    })?;
+    if let (Some(path), Some(first)) = (&args.dump_logits, out.logits.first()) {
+        let bytes: Vec<u8> = first.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(out)
 }
 
 fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) {
