@@ -50,6 +50,9 @@ struct Args {
     /// Compute backend.
     #[arg(long, value_enum, default_value_t = Backend::Cpu)]
     backend: Backend,
+    /// With --backend gpu: store weights as f16 on the GPU (half the memory and traffic).
+    #[arg(long)]
+    gpu_f16: bool,
     /// Sampling temperature; 0 = greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -143,7 +146,7 @@ fn run_rank(
     let mut model = Model::load_with(ck.weights.as_ref(), plan, opts)?;
     #[cfg(feature = "gpu")]
     if let Some(ctx) = gpu {
-        model.upload_to_gpu(ctx);
+        model.upload_to_gpu(ctx, args.gpu_f16)?;
     }
     #[cfg(not(feature = "gpu"))]
     let _ = gpu;

@@ -243,9 +243,13 @@ impl Model {
         })
     }
 
-    /// Moves every weight matrix this rank multiplies with onto the GPU.
+    /// Moves every weight matrix this rank multiplies with onto the GPU, as f16 when `f16`.
     #[cfg(feature = "gpu")]
-    pub fn upload_to_gpu(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>) {
+    pub fn upload_to_gpu(
+        &mut self,
+        ctx: &std::sync::Arc<crate::gpu::GpuContext>,
+        f16: bool,
+    ) -> anyhow::Result<()> {
         for l in &mut self.layers {
             for m in [
                 &mut l.wq,
@@ -256,17 +260,18 @@ impl Model {
                 &mut l.w_up,
                 &mut l.w_down,
             ] {
-                m.upload(ctx);
+                m.upload(ctx, f16)?;
             }
         }
         // Output head: only rank 0 computes logits. The embedding doubles as the tied head;
         // its rows are still gathered on the CPU copy.
         if self.plan.rank == 0 {
             match &mut self.lm_head {
-                Some(h) => h.upload(ctx),
-                None => self.embed.upload(ctx),
+                Some(h) => h.upload(ctx, f16)?,
+                None => self.embed.upload(ctx, f16)?,
             }
         }
+        Ok(())
     }
 
     /// An empty KV cache for this shard.

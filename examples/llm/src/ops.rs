@@ -78,7 +78,11 @@ impl Mat {
     /// Copies the matrix to the GPU; later products run there. Empty matrices (a rank with no
     /// heads) stay on the CPU path, which handles them trivially.
     #[cfg(feature = "gpu")]
-    pub fn upload(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>) {
+    pub fn upload(
+        &mut self,
+        ctx: &std::sync::Arc<crate::gpu::GpuContext>,
+        f16: bool,
+    ) -> anyhow::Result<()> {
         if self.rows > 0 && self.cols > 0 {
             // The GPU kernels are f32-only: quantised matrices are decoded for the upload.
             let dense;
@@ -89,9 +93,10 @@ impl Mat {
                 }
                 None => &self.data,
             };
-            let g = crate::gpu::GpuMat::upload(ctx, self.rows, self.cols, data);
+            let g = crate::gpu::GpuMat::upload_as(ctx, self.rows, self.cols, data, f16)?;
             self.gpu = Some(std::sync::Arc::new(g));
         }
+        Ok(())
     }
 
     /// `out` (`t x rows`) = `xs` (`t x cols`) · selfᵀ, on the CPU.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use boltccl_llm::comm::{Comm, LocalThreadComm};
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
-use boltccl_llm::gpu::{wgsl_to_msl, GpuContext, GpuMat, MATVEC_WGSL};
+use boltccl_llm::gpu::{wgsl_to_msl, GpuContext, GpuMat, MATVEC_F16_WGSL, MATVEC_WGSL};
 use boltccl_llm::loader::safetensors::StoreDtype;
 use boltccl_llm::loader::WeightSource;
 use boltccl_llm::model::Model;
@@ -36,6 +36,11 @@ fn wgsl_translates_to_metal() {
     assert!(
         msl.contains("threadgroup_barrier"),
         "workgroup barriers must map to Metal's"
+    );
+    let msl16 = wgsl_to_msl(MATVEC_F16_WGSL).unwrap();
+    assert!(
+        msl16.contains("half"),
+        "f16 weights must become Metal `half`: {msl16}"
     );
     // A broken shader must be rejected, so this test can fail.
     assert!(wgsl_to_msl("@compute @workgroup_size(64) fn f() { let x: u32 = 1.5; }").is_err());
@@ -74,7 +79,7 @@ fn run_gpu(src: &dyn WeightSource, ctx: &Arc<GpuContext>, tp: usize, prompt: &[u
                 s.spawn(move || {
                     let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
                     let mut model = Model::load(src, plan).unwrap();
-                    model.upload_to_gpu(ctx);
+                    model.upload_to_gpu(ctx, false).unwrap();
                     let opts = GenOptions {
                         max_tokens: 8,
                         stop_token: None,
@@ -105,4 +110,33 @@ fn gpu_decode_matches_cpu_at_tp_1_and_3() {
         assert!(d < 1e-4, "GPU TP={tp}: {d}");
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn gpu_f16_weights_match_cpu_on_rounded_weights() {
+    let Some(ctx) = gpu() else { return };
+    if !ctx.supports_f16() {
+        eprintln!("SKIPPED: adapter has no shader-f16");
+        return;
+    }
+    let mut rng = Rng::new(6);
+    for (rows, cols) in [(3, 7), (130, 576), (64, 33)] {
+        let w: Vec<f32> = (0..rows * cols).map(|_| rng.next_f32() - 0.5).collect();
+        let x: Vec<f32> = (0..cols).map(|_| rng.next_f32() - 0.5).collect();
+        // The CPU oracle multiplies the same f16-rounded weights.
+        let rounded: Vec<f32> = w.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect();
+        let mut cpu = vec![0f32; rows];
+        boltccl_llm::ops::Mat::new(rows, cols, rounded)
+            .matvec(&x, &mut cpu)
+            .unwrap();
+        let g = GpuMat::upload_as(&ctx, rows, cols, &w, true).unwrap();
+        let mut out = vec![f32::NAN; rows];
+        g.matvec(&x, &mut out).unwrap();
+        let d = cpu
+            .iter()
+            .zip(&out)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(d < 1e-5, "{rows}x{cols}: {d}");
+    }
 }

@@ -11,8 +11,10 @@ use std::sync::{mpsc, Arc};
 use anyhow::{anyhow, Context};
 use wgpu::util::DeviceExt;
 
-/// WGSL source of the kernels.
+/// WGSL source of the f32 matvec kernel.
 pub const MATVEC_WGSL: &str = include_str!("matvec.wgsl");
+/// WGSL source of the f16-weight matvec kernel (needs the `shader-f16` feature).
+pub const MATVEC_F16_WGSL: &str = include_str!("matvec_f16.wgsl");
 
 /// Rows per grid row; keeps each dispatch dimension under the 65535 limit.
 const GRID_X: u32 = 32768;
@@ -22,9 +24,18 @@ pub struct GpuContext {
     device: wgpu::Device,
     queue: wgpu::Queue,
     pipeline: wgpu::ComputePipeline,
+    /// f16-weight pipeline, when the adapter supports `shader-f16`.
+    pipeline_f16: Option<wgpu::ComputePipeline>,
     layout: wgpu::BindGroupLayout,
     /// Human-readable adapter description.
     pub adapter: String,
+}
+
+impl GpuContext {
+    /// Whether weights can be stored as f16 on this device.
+    pub fn supports_f16(&self) -> bool {
+        self.pipeline_f16.is_some()
+    }
 }
 
 impl GpuContext {
@@ -49,10 +60,16 @@ impl GpuContext {
         let info = adapter.get_info();
         // Ask for the adapter's own limits: the default 128 MiB binding limit would not hold
         // larger embeddings on GPUs that allow more.
+        let f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("boltccl-llm"),
                 required_limits: adapter.limits(),
+                required_features: if f16 {
+                    wgpu::Features::SHADER_F16
+                } else {
+                    wgpu::Features::empty()
+                },
                 ..Default::default()
             })
             .await
@@ -94,18 +111,28 @@ impl GpuContext {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some("matvec"),
-            layout: Some(&pl),
-            module: &module,
-            entry_point: Some("matvec"),
-            compilation_options: Default::default(),
-            cache: None,
+        let make = |module: &wgpu::ShaderModule| {
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("matvec"),
+                layout: Some(&pl),
+                module,
+                entry_point: Some("matvec"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let pipeline = make(&module);
+        let pipeline_f16 = f16.then(|| {
+            make(&device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("matvec_f16"),
+                source: wgpu::ShaderSource::Wgsl(MATVEC_F16_WGSL.into()),
+            }))
         });
         Ok(Some(Arc::new(Self {
             device,
             queue,
             pipeline,
+            pipeline_f16,
             layout,
             adapter: format!("{} ({:?}, {})", info.name, info.backend, info.driver),
         })))
@@ -123,6 +150,7 @@ pub struct GpuMat {
     staging: wgpu::Buffer,
     bind: wgpu::BindGroup,
     grid: (u32, u32),
+    f16: bool,
 }
 
 impl std::fmt::Debug for GpuMat {
@@ -132,13 +160,39 @@ impl std::fmt::Debug for GpuMat {
 }
 
 impl GpuMat {
-    /// Uploads a row-major `[rows, cols]` matrix.
+    /// Uploads a row-major `[rows, cols]` matrix as f32.
     pub fn upload(ctx: &Arc<GpuContext>, rows: usize, cols: usize, data: &[f32]) -> Self {
+        Self::upload_as(ctx, rows, cols, data, false).expect("f32 upload cannot fail")
+    }
+
+    /// Uploads a row-major `[rows, cols]` matrix, as f16 when `f16` (rounding each weight to
+    /// the nearest half; products still accumulate in f32).
+    pub fn upload_as(
+        ctx: &Arc<GpuContext>,
+        rows: usize,
+        cols: usize,
+        data: &[f32],
+        f16: bool,
+    ) -> anyhow::Result<Self> {
         assert!(rows > 0 && cols > 0, "empty matrices stay on the CPU");
+        anyhow::ensure!(
+            !f16 || ctx.supports_f16(),
+            "this GPU adapter lacks shader-f16; use f32 weights"
+        );
         let d = &ctx.device;
+        let bytes: Vec<u8> = if f16 {
+            let mut b: Vec<u8> = data
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect();
+            b.resize(b.len().div_ceil(4) * 4, 0); // buffers are sized in 4-byte units
+            b
+        } else {
+            bytemuck::cast_slice(data).to_vec()
+        };
         let w = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("weights"),
-            contents: bytemuck::cast_slice(data),
+            contents: &bytes,
             usage: wgpu::BufferUsages::STORAGE,
         });
         let buf = |label, size: usize, usage| {
@@ -182,7 +236,7 @@ impl GpuMat {
                 },
             ],
         });
-        Self {
+        Ok(Self {
             ctx: ctx.clone(),
             rows,
             cols,
@@ -191,7 +245,8 @@ impl GpuMat {
             staging,
             bind,
             grid: (gx, gy),
-        }
+            f16,
+        })
     }
 
     /// `out = W · x`, blocking until the result is back in host memory.
@@ -233,8 +288,12 @@ pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyh
             label: None,
             timestamp_writes: None,
         });
-        pass.set_pipeline(&ctx.pipeline);
         for m in mats {
+            let pipeline = match (m.f16, &ctx.pipeline_f16) {
+                (true, Some(p)) => p,
+                _ => &ctx.pipeline,
+            };
+            pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &m.bind, &[]);
             pass.dispatch_workgroups(m.grid.0, m.grid.1, 1);
         }
@@ -278,9 +337,10 @@ pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyh
 pub fn wgsl_to_msl(src: &str) -> anyhow::Result<String> {
     let module =
         naga::front::wgsl::parse_str(src).map_err(|e| anyhow!("{}", e.emit_to_string(src)))?;
+    // SHADER_FLOAT16 for the f16 kernel (wgpu enables it only when the device has it).
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::empty(),
+        naga::valid::Capabilities::SHADER_FLOAT16,
     )
     .validate(&module)
     .map_err(|e| anyhow!("WGSL validation: {e:?}"))?;
