@@ -75,6 +75,12 @@ pub struct Model {
     lm_head: Option<Mat>,
     layers: Vec<Layer>,
     inv_freq: Vec<f32>,
+    /// Whole layers on the GPU (two round trips per layer), after `upload_to_gpu`.
+    #[cfg(feature = "gpu")]
+    gpu_layers: Option<(
+        crate::gpu::layer::LayerKernels,
+        Vec<crate::gpu::layer::GpuLayer>,
+    )>,
 }
 
 fn vector(src: &dyn WeightSource, name: &str, len: usize) -> anyhow::Result<Vec<f32>> {
@@ -240,6 +246,8 @@ impl Model {
             lm_head,
             layers,
             inv_freq,
+            #[cfg(feature = "gpu")]
+            gpu_layers: None,
         })
     }
 
@@ -271,7 +279,76 @@ impl Model {
                 None => self.embed.upload(ctx, f16)?,
             }
         }
+        use crate::gpu::layer::{GpuLayer, LayerKernels, LayerSpec};
+        let kernels = LayerKernels::new(ctx);
+        let cfg = &self.cfg;
+        let mut gl = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            gl.push(GpuLayer::new(
+                ctx,
+                &kernels,
+                LayerSpec {
+                    hidden: cfg.hidden_size,
+                    head_dim: cfg.head_dim,
+                    n_q: self.plan.q_heads.len(),
+                    n_kv: self.plan.kv_heads.len(),
+                    // The GPU cache is allocated up front; cap it so small GPUs cope.
+                    max_seq: cfg.max_seq_len.min(4096),
+                    eps: cfg.rms_eps,
+                    interleaved: cfg.rope_style == crate::config::RopeStyle::Interleaved,
+                    inv_freq: &self.inv_freq,
+                    attn_norm: &l.attn_norm,
+                    ffn_norm: &l.ffn_norm,
+                    bq: l.bq.as_deref(),
+                    bk: l.bk.as_deref(),
+                    bv: l.bv.as_deref(),
+                    q_norm: l.q_norm.as_deref(),
+                    k_norm: l.k_norm.as_deref(),
+                    wq: l.wq.gpu.clone(),
+                    wk: l.wk.gpu.clone(),
+                    wv: l.wv.gpu.clone(),
+                    wo: l.wo.gpu.clone(),
+                    w_gate: l.w_gate.gpu.clone().context("gate_proj not on the GPU")?,
+                    w_up: l.w_up.gpu.clone().context("up_proj not on the GPU")?,
+                    w_down: l.w_down.gpu.clone().context("down_proj not on the GPU")?,
+                },
+            )?);
+        }
+        self.gpu_layers = Some((kernels, gl));
         Ok(())
+    }
+
+    /// Decode on the GPU layers: token by token, two round trips and two all_sums per layer.
+    #[cfg(feature = "gpu")]
+    fn forward_gpu(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        comm: &dyn Comm,
+    ) -> anyhow::Result<Vec<f32>> {
+        let (kernels, gl) = self.gpu_layers.as_ref().expect("checked by caller");
+        let h = self.cfg.hidden_size;
+        let mut x = vec![0f32; h];
+        let mut part = vec![0f32; h];
+        for &tok in tokens {
+            ensure!(
+                (tok as usize) < self.cfg.vocab_size,
+                "token {tok} out of vocabulary"
+            );
+            self.embed.row_into(tok as usize, &mut x);
+            for (li, l) in gl.iter().enumerate() {
+                l.attention(kernels, &x, cache.len, &mut part)?;
+                comm.all_sum(&mut part)
+                    .with_context(|| format!("all_sum after attention, layer {li}"))?;
+                x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
+                l.mlp(kernels, &x, &mut part)?;
+                comm.all_sum(&mut part)
+                    .with_context(|| format!("all_sum after MLP, layer {li}"))?;
+                x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
+            }
+            cache.len += 1;
+        }
+        Ok(x)
     }
 
     /// An empty KV cache for this shard.
@@ -317,6 +394,11 @@ impl Model {
             cfg.max_seq_len
         );
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
+        #[cfg(feature = "gpu")]
+        if self.gpu_layers.is_some() {
+            let x = self.forward_gpu(tokens, cache, comm)?;
+            return self.finish(x, 1, cache, want_logits);
+        }
         let n_q = self.plan.q_heads.len();
         let n_kv = self.plan.kv_heads.len();
         let group = cfg.group_size();
@@ -416,11 +498,26 @@ impl Model {
             x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
         }
         cache.len += t;
-        // FNV-1a over the exact bits: any 1-ulp difference between ranks changes it.
-        cache.fingerprint = x.iter().fold(0x811c_9dc5u32, |h, v| {
-            (h ^ v.to_bits()).wrapping_mul(0x0100_0193)
-        });
+        self.finish(x, t, cache, want_logits)
+    }
 
+    /// Records the residual fingerprint and, when asked, computes the last token's logits.
+    fn finish(
+        &self,
+        x: Vec<f32>,
+        t: usize,
+        cache: &mut KvCache,
+        want_logits: bool,
+    ) -> anyhow::Result<Option<Vec<f32>>> {
+        let cfg = &self.cfg;
+        let h = cfg.hidden_size;
+        // FNV-1a over the exact bits: any 1-ulp difference between ranks changes it.
+        cache.fingerprint = x[(t - 1) * h..]
+            .iter()
+            .chain(x[..(t - 1) * h].iter())
+            .fold(0x811c_9dc5u32, |hsh, v| {
+                (hsh ^ v.to_bits()).wrapping_mul(0x0100_0193)
+            });
         if !want_logits {
             return Ok(None);
         }

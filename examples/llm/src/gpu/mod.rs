@@ -1,15 +1,18 @@
 //! GPU backend on `wgpu` (Vulkan on Linux, Metal on macOS) with WGSL kernels.
 //!
-//! Scope, stated plainly: the matrix-vector products — essentially all of the FLOPs and all of
-//! the weight traffic of decode — run on the GPU; RMSNorm, RoPE, attention over the KV cache
-//! and SwiGLU stay on the CPU. Every product is one GPU round trip (upload x, dispatch,
-//! read back). The collectives therefore always see completed, host-visible results: the GPU
-//! never waits on the network (the contract from the research note).
+//! Each decoder layer runs on the GPU in two segments ([`layer::GpuLayer`]): attention
+//! (RMSNorm, q/k/v, bias, q/k norm, RoPE, KV cache, attention, o_proj) and MLP (RMSNorm,
+//! gate/up, SiLU, down). Each segment is one submission and one read-back of the partial hidden
+//! vector; the host adds the residual and runs the all_sum in between, so collectives always see
+//! completed, host-visible results and the GPU never waits on the network (the contract from
+//! the research note). The output head is a plain [`GpuMat`] product on rank 0.
 
 use std::sync::{mpsc, Arc};
 
 use anyhow::{anyhow, Context};
 use wgpu::util::DeviceExt;
+
+pub mod layer;
 
 /// WGSL source of the f32 matvec kernel.
 pub const MATVEC_WGSL: &str = include_str!("matvec.wgsl");
