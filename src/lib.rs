@@ -1,1 +1,40 @@
+//! # boltccl
+//!
+//! Collective communication for small clusters (2–8 machines, such as Apple-silicon Macs
+//! joined by Thunderbolt): `all_sum`/`all_max`/`all_min`, `all_gather`, `reduce_scatter`,
+//! `broadcast`, `barrier`, `send`/`recv` and `split`, over TCP (any network) with
+//! deterministic mesh, direct and ring algorithms.
+//!
+//! Built to never hang and never corrupt: every wait has a deadline, a dead or stalled peer
+//! becomes an error naming the rank on every rank, mismatched calls are detected from the
+//! header every message carries, and every rank gets bitwise-identical results.
+//!
+//! ```no_run
+//! // Run under `boltccl launch -n 4 -- ./my_program`, which sets the environment.
+//! let g = boltccl::init()?;
+//! let mut x = vec![g.rank() as f32; 1024];
+//! g.all_sum(&mut x)?;
+//! assert!(x.iter().all(|&v| v == (0..g.size()).sum::<usize>() as f32));
+//! # Ok::<(), boltccl::Error>(())
+//! ```
+#![warn(missing_docs)]
 
+pub mod algo;
+mod bootstrap;
+pub mod config;
+pub mod doctor;
+pub mod dtype;
+pub mod error;
+mod group;
+pub mod reduce;
+pub mod transport;
+pub mod wire;
+
+pub use config::{Algo, Backend, Config};
+pub use dtype::{DType, Element, ReduceOp};
+pub use error::{Error, ErrorKind, Result};
+pub use group::{init, init_logging, Group};
+pub use half::{bf16, f16};
+
+/// The library version (also checked between ranks at start-up).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,1 +1,584 @@
-//! C ABI for boltccl (see issue: C and Python bindings). Intentionally empty until then.
+//! # boltccl C ABI
+//!
+//! The C interface to boltccl: opaque group handles, one result code per call, and a
+//! thread-local error message. The header `include/boltccl.h` is generated from this crate
+//! by cbindgen (`scripts/check-header.sh` checks it is up to date).
+//!
+//! Conventions (also in the header and the README's "C and Python" section):
+//! - Every fallible function returns a `boltccl_result`; `BOLTCCL_RESULT_OK` is 0.
+//! - Out-parameters (`boltccl_group **out`) are written only on success.
+//! - A NULL or invalid argument returns an error code; nothing panics across the boundary.
+//! - `boltccl_last_error()` gives the full message of the calling thread's last error.
+//! - Every group from `boltccl_init` or `boltccl_split` is released with `boltccl_group_free`.
+#![allow(non_camel_case_types)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod error;
+mod panic;
+
+pub use error::boltccl_result;
+
+use boltccl::{Config, DType, Group, ReduceOp};
+use error::{fail, fail_with, last_error_ptr};
+use panic::{check_null, ffi_panic_boundary, try_ffi};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::time::Duration;
+
+/// An element type. Pass one of the `BOLTCCL_FLOAT32`, `BOLTCCL_BFLOAT16`, ... values
+/// (`boltccl_dtype_value`); any other number is rejected with `BOLTCCL_RESULT_INVALID_PARAMETER`.
+pub type boltccl_dtype = u32;
+
+/// The element types, with their stable numbers (also used on the wire): never renumbered.
+/// cbindgen:prefix-with-name=false
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum boltccl_dtype_value {
+    /// 32-bit IEEE float.
+    BOLTCCL_FLOAT32 = 0,
+    /// 64-bit IEEE float.
+    BOLTCCL_FLOAT64 = 1,
+    /// 16-bit IEEE float.
+    BOLTCCL_FLOAT16 = 2,
+    /// bfloat16 (the upper 16 bits of a float32).
+    BOLTCCL_BFLOAT16 = 3,
+    /// Signed 8-bit integer.
+    BOLTCCL_INT8 = 4,
+    /// Signed 16-bit integer.
+    BOLTCCL_INT16 = 5,
+    /// Signed 32-bit integer.
+    BOLTCCL_INT32 = 6,
+    /// Signed 64-bit integer.
+    BOLTCCL_INT64 = 7,
+    /// Unsigned 8-bit integer.
+    BOLTCCL_UINT8 = 8,
+    /// Unsigned 16-bit integer.
+    BOLTCCL_UINT16 = 9,
+    /// Unsigned 32-bit integer.
+    BOLTCCL_UINT32 = 10,
+    /// Unsigned 64-bit integer.
+    BOLTCCL_UINT64 = 11,
+}
+
+/// Settings for `boltccl_init`. Zero-initialise it (`boltccl_config cfg = {0};`) and set the
+/// fields you need: a zero or NULL field takes the library default (not the environment).
+/// Settings that have no field here (algorithm, chunk size, ...) take their defaults.
+/// The strings are copied during `boltccl_init`; they need not outlive the call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct boltccl_config {
+    /// This process's rank, `0 <= rank < world_size`.
+    pub rank: c_int,
+    /// Number of ranks (at least 1).
+    pub world_size: c_int,
+    /// `"ip:port"` where rank 0 listens and every rank dials (NUL-terminated). Required when
+    /// `world_size > 1`.
+    pub coordinator: *const c_char,
+    /// Shared job secret (NUL-terminated), or NULL for none. All ranks must agree.
+    pub job_key: *const c_char,
+    /// Per-call deadline in milliseconds, counted from the last progress (0: 30000).
+    pub timeout_ms: u64,
+    /// Deadline for forming the group in milliseconds (0: 60000).
+    pub init_timeout_ms: u64,
+}
+
+/// A group of ranks (opaque). Created by `boltccl_init` or `boltccl_split`, released with
+/// `boltccl_group_free`.
+///
+/// Thread safety: a group may be used from any thread and shared between threads, but calls
+/// on one group must not overlap: a call made while another is running on the same group
+/// returns `BOLTCCL_RESULT_BUSY`. Use one group per thread (`boltccl_split`) for concurrency.
+pub struct boltccl_group {
+    _private: [u8; 0],
+}
+
+/// Borrow the `Group` behind a handle.
+///
+/// # Safety
+/// `g` must be non-NULL and come from `boltccl_init`/`boltccl_split`, not yet freed.
+unsafe fn group<'a>(g: *const boltccl_group) -> &'a Group {
+    // SAFETY: the caller guarantees `g` is a live pointer made by `into_handle`.
+    unsafe { &*(g as *const Group) }
+}
+
+fn into_handle(g: Group) -> *mut boltccl_group {
+    Box::into_raw(Box::new(g)) as *mut boltccl_group
+}
+
+fn dtype(d: boltccl_dtype) -> Result<DType, boltccl_result> {
+    u8::try_from(d).ok().and_then(DType::from_u8).ok_or_else(|| {
+        fail_with(
+            boltccl_result::InvalidParameter,
+            format!("unknown dtype {d}: pass one of BOLTCCL_FLOAT32 ... BOLTCCL_UINT64"),
+        )
+    })
+}
+
+fn rank_arg(what: &str, r: c_int) -> Result<usize, boltccl_result> {
+    usize::try_from(r).map_err(|_| fail_with(boltccl_result::InvalidParameter, format!("{what} {r} is negative")))
+}
+
+fn byte_len(count: usize, d: DType) -> Result<usize, boltccl_result> {
+    count.checked_mul(d.size()).filter(|&n| n <= isize::MAX as usize).ok_or_else(|| {
+        fail_with(boltccl_result::InvalidParameter, format!("count {count} of {d} overflows the address space"))
+    })
+}
+
+/// A read-only slice from a C pointer; NULL is allowed only for zero bytes.
+///
+/// # Safety
+/// When `len > 0`, `p` must point to `len` readable bytes that stay valid for `'a`.
+unsafe fn slice<'a>(name: &str, p: *const c_void, len: usize) -> Result<&'a [u8], boltccl_result> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(fail_with(boltccl_result::NullParameter, format!("argument `{name}` is NULL")));
+    }
+    // SAFETY: non-NULL, and the caller guarantees `len` readable bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
+}
+
+/// A writable slice from a C pointer; NULL is allowed only for zero bytes.
+///
+/// # Safety
+/// When `len > 0`, `p` must point to `len` writable bytes, valid and not otherwise
+/// accessed for `'a`.
+unsafe fn slice_mut<'a>(name: &str, p: *mut c_void, len: usize) -> Result<&'a mut [u8], boltccl_result> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(fail_with(boltccl_result::NullParameter, format!("argument `{name}` is NULL")));
+    }
+    // SAFETY: non-NULL, and the caller guarantees `len` exclusive writable bytes.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
+}
+
+/// Fail unless the byte ranges `[a, a+alen)` and `[b, b+blen)` are disjoint.
+fn disjoint(a: *const c_void, alen: usize, b: *const c_void, blen: usize) -> Result<(), boltccl_result> {
+    let (a, b) = (a as usize, b as usize);
+    if alen == 0 || blen == 0 || a.saturating_add(alen) <= b || b.saturating_add(blen) <= a {
+        return Ok(());
+    }
+    Err(fail_with(
+        boltccl_result::InvalidParameter,
+        "the input and output buffers overlap: pass the same pointer for in place, or disjoint buffers",
+    ))
+}
+
+/// Read an optional NUL-terminated UTF-8 string.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string.
+unsafe fn opt_str(name: &str, p: *const c_char) -> Result<Option<String>, boltccl_result> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map(|s| Some(s.to_owned()))
+        .map_err(|_| fail_with(boltccl_result::InvalidParameter, format!("config field `{name}` is not valid UTF-8")))
+}
+
+/// Form a group and store its handle in `*out`.
+///
+/// With `cfg == NULL` the settings come from the environment (`BOLTCCL_RANK`,
+/// `BOLTCCL_WORLD_SIZE`, `BOLTCCL_COORDINATOR`, `BOLTCCL_JOB_KEY`, ..., or the MLX / Open MPI /
+/// Slurm equivalents), as `boltccl launch` sets them. Blocks until every rank has joined or
+/// the init deadline passes. `*out` is written only on success; free it with
+/// `boltccl_group_free`.
+///
+/// # Safety
+/// `cfg` must be NULL or point to a valid `boltccl_config` whose strings are NULL or
+/// NUL-terminated; `out` must point to writable storage for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_init(cfg: *const boltccl_config, out: *mut *mut boltccl_group) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(out);
+        let config = if cfg.is_null() {
+            match Config::from_env() {
+                Ok(c) => c,
+                Err(e) => return fail(e),
+            }
+        } else {
+            // SAFETY: non-NULL and valid per the caller's contract.
+            let c = unsafe { &*cfg };
+            let rank = try_ffi!(rank_arg("rank", c.rank));
+            let world_size = try_ffi!(rank_arg("world_size", c.world_size));
+            let mut config = Config {
+                rank,
+                world_size,
+                // SAFETY: the strings are NULL or NUL-terminated per the caller's contract.
+                coordinator: try_ffi!(unsafe { opt_str("coordinator", c.coordinator) }),
+                // SAFETY: as above.
+                job_key: try_ffi!(unsafe { opt_str("job_key", c.job_key) }),
+                ..Config::default()
+            };
+            if c.timeout_ms > 0 {
+                config.timeout = Duration::from_millis(c.timeout_ms);
+            }
+            if c.init_timeout_ms > 0 {
+                config.init_timeout = Duration::from_millis(c.init_timeout_ms);
+            }
+            config
+        };
+        match Group::new(config) {
+            Ok(g) => {
+                // SAFETY: `out` is non-NULL and writable per the caller's contract.
+                unsafe { *out = into_handle(g) };
+                boltccl_result::Ok
+            }
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Release a group. NULL is ignored. Other ranks see this rank leave: free a group only
+/// when the job is done with it (for example after a final `boltccl_barrier`).
+///
+/// # Safety
+/// `g` must be NULL or a handle from `boltccl_init`/`boltccl_split` that was not freed yet,
+/// with no call on it running in another thread. The handle is invalid afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_group_free(g: *mut boltccl_group) {
+    ffi_panic_boundary! {
+        if !g.is_null() {
+            // SAFETY: made by `into_handle` (a `Box<Group>`) and freed only once, per the contract.
+            drop(unsafe { Box::from_raw(g as *mut Group) });
+        }
+    }
+}
+
+/// This process's rank in the group, or -1 if `g` is NULL.
+///
+/// # Safety
+/// `g` must be NULL or a live group handle.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_rank(g: *const boltccl_group) -> c_int {
+    ffi_panic_boundary! {
+        if g.is_null() {
+            return -1;
+        }
+        // SAFETY: non-NULL live handle per the contract.
+        unsafe { group(g) }.rank() as c_int
+    }
+}
+
+/// The number of ranks in the group, or -1 if `g` is NULL.
+///
+/// # Safety
+/// `g` must be NULL or a live group handle.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_size(g: *const boltccl_group) -> c_int {
+    ffi_panic_boundary! {
+        if g.is_null() {
+            return -1;
+        }
+        // SAFETY: non-NULL live handle per the contract.
+        unsafe { group(g) }.size() as c_int
+    }
+}
+
+/// Wait until every rank of the group has called `boltccl_barrier`.
+///
+/// # Safety
+/// `g` must be NULL or a live group handle.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_barrier(g: *const boltccl_group) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: non-NULL live handle per the contract.
+        match unsafe { group(g) }.barrier() {
+            Ok(()) => boltccl_result::Ok,
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Shared body of the three reductions.
+///
+/// # Safety
+/// As for `boltccl_all_sum`.
+unsafe fn all_reduce(
+    op: ReduceOp,
+    g: *const boltccl_group,
+    input: *const c_void,
+    output: *mut c_void,
+    count: usize,
+    dt: boltccl_dtype,
+) -> boltccl_result {
+    check_null!(g);
+    let d = try_ffi!(dtype(dt));
+    let len = try_ffi!(byte_len(count, d));
+    // SAFETY: live handle per the contract.
+    let g = unsafe { group(g) };
+    let r = if input as *const u8 == output as *const u8 {
+        // SAFETY: `count` writable elements at `output` per the contract.
+        let out = try_ffi!(unsafe { slice_mut("out", output, len) });
+        g.all_reduce_raw(op, d, None, out)
+    } else {
+        try_ffi!(disjoint(input, len, output, len));
+        // SAFETY: `count` readable elements at `input`, disjoint from `output` (checked).
+        let inp = try_ffi!(unsafe { slice("in", input, len) });
+        // SAFETY: `count` writable elements at `output` per the contract.
+        let out = try_ffi!(unsafe { slice_mut("out", output, len) });
+        g.all_reduce_raw(op, d, Some(inp), out)
+    };
+    match r {
+        Ok(()) => boltccl_result::Ok,
+        Err(e) => fail(e),
+    }
+}
+
+/// Elementwise sum of `count` elements of `dtype` across ranks: `out` gets the sum of every
+/// rank's `in`. `in == out` reduces in place; otherwise the buffers must not overlap. Every
+/// rank gets bitwise-identical results. On error the contents of `out` are unspecified.
+///
+/// # Safety
+/// `g` must be a live group handle; `in` must point to `count` readable elements and `out`
+/// to `count` writable elements of `dtype` (either may be NULL only when `count` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_all_sum(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+) -> boltccl_result {
+    // SAFETY: forwarded contract.
+    ffi_panic_boundary! { unsafe { all_reduce(ReduceOp::Sum, g, r#in, out, count, dtype) } }
+}
+
+/// Elementwise maximum across ranks; otherwise as `boltccl_all_sum`.
+///
+/// # Safety
+/// As for `boltccl_all_sum`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_all_max(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+) -> boltccl_result {
+    // SAFETY: forwarded contract.
+    ffi_panic_boundary! { unsafe { all_reduce(ReduceOp::Max, g, r#in, out, count, dtype) } }
+}
+
+/// Elementwise minimum across ranks; otherwise as `boltccl_all_sum`.
+///
+/// # Safety
+/// As for `boltccl_all_sum`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_all_min(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+) -> boltccl_result {
+    // SAFETY: forwarded contract.
+    ffi_panic_boundary! { unsafe { all_reduce(ReduceOp::Min, g, r#in, out, count, dtype) } }
+}
+
+/// Gather: `out` (`size * count` elements) gets every rank's `in` (`count` elements), in rank
+/// order. The buffers must not overlap.
+///
+/// # Safety
+/// `g` must be a live group handle; `in` must point to `count` readable elements and `out`
+/// to `size * count` writable elements of `dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_all_gather(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        let d = try_ffi!(self::dtype(dtype));
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        let len = try_ffi!(byte_len(count, d));
+        let out_len = try_ffi!(byte_len(count.saturating_mul(g.size()), d));
+        try_ffi!(disjoint(r#in, len, out, out_len));
+        // SAFETY: readable `count` elements per the contract; disjoint from `out` (checked).
+        let inp = try_ffi!(unsafe { slice("in", r#in, len) });
+        // SAFETY: writable `size * count` elements per the contract.
+        let outp = try_ffi!(unsafe { slice_mut("out", out, out_len) });
+        match g.all_gather_raw(d, inp, outp) {
+            Ok(()) => boltccl_result::Ok,
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Reduce-scatter with sum: `in` holds `size` blocks of `count` elements; this rank's `out`
+/// (`count` elements) gets block `rank` summed over all ranks. The buffers must not overlap.
+///
+/// # Safety
+/// `g` must be a live group handle; `in` must point to `size * count` readable elements and
+/// `out` to `count` writable elements of `dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_reduce_scatter(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        let d = try_ffi!(self::dtype(dtype));
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        let len = try_ffi!(byte_len(count, d));
+        let in_len = try_ffi!(byte_len(count.saturating_mul(g.size()), d));
+        try_ffi!(disjoint(r#in, in_len, out, len));
+        // SAFETY: readable `size * count` elements per the contract; disjoint (checked).
+        let inp = try_ffi!(unsafe { slice("in", r#in, in_len) });
+        // SAFETY: writable `count` elements per the contract.
+        let outp = try_ffi!(unsafe { slice_mut("out", out, len) });
+        match g.reduce_scatter_raw(ReduceOp::Sum, d, inp, outp) {
+            Ok(()) => boltccl_result::Ok,
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Broadcast: every rank's `buf` (`count` elements) gets `root`'s.
+///
+/// # Safety
+/// `g` must be a live group handle; `buf` must point to `count` writable elements of `dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_broadcast(
+    g: *const boltccl_group,
+    buf: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+    root: c_int,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        let d = try_ffi!(self::dtype(dtype));
+        let root = try_ffi!(rank_arg("root", root));
+        let len = try_ffi!(byte_len(count, d));
+        // SAFETY: writable `count` elements per the contract.
+        let b = try_ffi!(unsafe { slice_mut("buf", buf, len) });
+        // SAFETY: live handle per the contract.
+        match unsafe { group(g) }.broadcast_raw(d, b, root) {
+            Ok(()) => boltccl_result::Ok,
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Send `bytes` bytes to rank `peer`, which must call `boltccl_recv` with the same length.
+/// Blocks until the data is on its way (for large buffers, until the peer is receiving).
+///
+/// # Safety
+/// `g` must be a live group handle; `buf` must point to `bytes` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_send(
+    g: *const boltccl_group,
+    buf: *const c_void,
+    bytes: usize,
+    peer: c_int,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        let peer = try_ffi!(rank_arg("peer", peer));
+        // SAFETY: readable `bytes` bytes per the contract.
+        let b = try_ffi!(unsafe { slice("buf", buf, bytes) });
+        // SAFETY: live handle per the contract.
+        match unsafe { group(g) }.send_raw(DType::U8, b, peer) {
+            Ok(()) => boltccl_result::Ok,
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Receive `bytes` bytes from rank `peer` into `buf`; the length must match the send.
+///
+/// # Safety
+/// `g` must be a live group handle; `buf` must point to `bytes` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_recv(
+    g: *const boltccl_group,
+    buf: *mut c_void,
+    bytes: usize,
+    peer: c_int,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        let peer = try_ffi!(rank_arg("peer", peer));
+        // SAFETY: writable `bytes` bytes per the contract.
+        let b = try_ffi!(unsafe { slice_mut("buf", buf, bytes) });
+        // SAFETY: live handle per the contract.
+        match unsafe { group(g) }.recv_raw(DType::U8, b, peer) {
+            Ok(()) => boltccl_result::Ok,
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// Split the group: ranks passing the same `color` (>= 0) form a new group, ordered by `key`
+/// then by rank. A rank passing a negative `color` takes part but joins no group: it gets
+/// `*out = NULL`. Every rank of `g` must call it. `*out` is written only on success; free a
+/// non-NULL result with `boltccl_group_free` (independently of `g`, in any order).
+///
+/// # Safety
+/// `g` must be a live group handle; `out` must point to writable storage for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_split(
+    g: *const boltccl_group,
+    color: c_int,
+    key: i64,
+    out: *mut *mut boltccl_group,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        check_null!(out);
+        let color = u32::try_from(color).ok();
+        // SAFETY: live handle per the contract.
+        match unsafe { group(g) }.split(color, key) {
+            Ok(sub) => {
+                // SAFETY: `out` is non-NULL and writable per the contract.
+                unsafe { *out = sub.map_or(std::ptr::null_mut(), into_handle) };
+                boltccl_result::Ok
+            }
+            Err(e) => fail(e),
+        }
+    }
+}
+
+/// A static description of a `boltccl_result` code (never NULL; "unknown result code" for
+/// numbers that are not codes). The string must not be freed.
+#[no_mangle]
+pub extern "C" fn boltccl_result_str(code: u32) -> *const c_char {
+    // Taken as an integer, not as the enum: a C caller may pass any number.
+    boltccl_result::describe(code).as_ptr()
+}
+
+/// The full message of the last error on the calling thread (an empty string if the last
+/// call succeeded). The pointer stays valid until the next boltccl call on this thread;
+/// copy the text to keep it. Never NULL; must not be freed.
+#[no_mangle]
+pub extern "C" fn boltccl_last_error() -> *const c_char {
+    last_error_ptr()
+}
+
+/// The library version as a static string (`"0.1.0"`).
+#[no_mangle]
+pub extern "C" fn boltccl_version() -> *const c_char {
+    static V: &CStr = match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(v) => v,
+        Err(_) => c"unknown",
+    };
+    V.as_ptr()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,146 @@
+//! Unit tests of the C ABI, called from Rust as C would call it (single-rank groups).
+
+use super::*;
+use std::ptr::{null, null_mut};
+
+fn last() -> String {
+    // SAFETY: `boltccl_last_error` never returns NULL and the string is NUL-terminated.
+    unsafe { CStr::from_ptr(boltccl_last_error()) }.to_string_lossy().into_owned()
+}
+
+fn one_rank() -> *mut boltccl_group {
+    let cfg = boltccl_config {
+        rank: 0,
+        world_size: 1,
+        coordinator: null(),
+        job_key: null(),
+        timeout_ms: 0,
+        init_timeout_ms: 0,
+    };
+    let mut g = null_mut();
+    // SAFETY: valid config and out pointer.
+    assert_eq!(unsafe { boltccl_init(&cfg, &mut g) }, boltccl_result::Ok, "{}", last());
+    assert!(!g.is_null());
+    g
+}
+
+#[test]
+fn result_codes_are_stable_and_described() {
+    let numbers: Vec<u32> = boltccl_result::ALL.iter().map(|&c| c as u32).collect();
+    assert_eq!(
+        numbers,
+        [0, 9000, 9001, 9002, 9100, 9101, 9102, 9103, 9104, 9105, 9106, 9107, 9108, 9109, 9110, 9111],
+        "result codes are part of the ABI: never renumber"
+    );
+    for c in boltccl_result::ALL {
+        // SAFETY: static NUL-terminated string.
+        let s = unsafe { CStr::from_ptr(boltccl_result_str(c as u32)) }.to_str().unwrap();
+        assert_ne!(s, "unknown result code", "{c:?}");
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { CStr::from_ptr(boltccl_result_str(77)) }.to_str().unwrap(), "unknown result code");
+}
+
+#[test]
+fn dtype_numbers_match_the_core() {
+    for d in DType::ALL {
+        assert_eq!(dtype(d as u32).unwrap(), d);
+    }
+    assert_eq!(boltccl_dtype_value::BOLTCCL_BFLOAT16 as u32, DType::BF16 as u32);
+    assert_eq!(boltccl_dtype_value::BOLTCCL_UINT64 as u32, DType::U64 as u32);
+    assert_eq!(dtype(12), Err(boltccl_result::InvalidParameter));
+    assert_eq!(dtype(u32::MAX), Err(boltccl_result::InvalidParameter));
+}
+
+#[test]
+fn null_arguments_return_codes_and_leave_outputs_alone() {
+    // SAFETY: every pointer is NULL or valid; NULLs are what is being tested.
+    unsafe {
+        assert_eq!(boltccl_init(null(), null_mut()), boltccl_result::NullParameter);
+        assert!(last().contains("`out`"), "{}", last());
+        assert_eq!(boltccl_barrier(null()), boltccl_result::NullParameter);
+        assert_eq!(boltccl_all_sum(null(), null(), null_mut(), 0, 0), boltccl_result::NullParameter);
+        assert_eq!(boltccl_rank(null()), -1);
+        assert_eq!(boltccl_size(null()), -1);
+        boltccl_group_free(null_mut());
+
+        let bad = boltccl_config {
+            rank: 3,
+            world_size: 2,
+            coordinator: c"127.0.0.1:1".as_ptr(),
+            job_key: null(),
+            timeout_ms: 0,
+            init_timeout_ms: 0,
+        };
+        let sentinel = 0x10 as *mut boltccl_group;
+        let mut out = sentinel;
+        assert_eq!(boltccl_init(&bad, &mut out), boltccl_result::Config);
+        assert!(last().contains("out of range"), "{}", last());
+        assert_eq!(out, sentinel, "out written on failure");
+        let neg = boltccl_config { rank: -1, ..bad };
+        assert_eq!(boltccl_init(&neg, &mut out), boltccl_result::InvalidParameter);
+        assert_eq!(out, sentinel);
+    }
+}
+
+#[test]
+fn single_rank_calls() {
+    let g = one_rank();
+    // SAFETY: `g` is live until freed at the end; buffers are valid for their lengths.
+    unsafe {
+        assert_eq!((boltccl_rank(g), boltccl_size(g)), (0, 1));
+        let mut x = [1.5f32, 2.0, -3.0];
+        let mut y = [0f32; 3];
+        let xp = x.as_mut_ptr() as *mut c_void;
+        assert_eq!(boltccl_all_sum(g, xp, xp, 3, 0), boltccl_result::Ok);
+        assert_eq!(boltccl_all_max(g, xp, y.as_mut_ptr() as *mut c_void, 3, 0), boltccl_result::Ok);
+        assert_eq!(y, x);
+        assert_eq!(last(), "");
+        // Partial overlap is refused, nothing written.
+        let mut z = [7u8; 8];
+        let zp = z.as_mut_ptr() as *mut c_void;
+        assert_eq!(boltccl_all_min(g, zp, zp.add(1), 4, 8), boltccl_result::InvalidParameter);
+        assert!(last().contains("overlap"), "{}", last());
+        assert_eq!(z, [7u8; 8]);
+        assert_eq!(boltccl_all_sum(g, xp, xp, 3, 42), boltccl_result::InvalidParameter);
+        assert_eq!(boltccl_broadcast(g, xp, 3, 0, 1), boltccl_result::InvalidArgument);
+        assert!(last().contains("out of range"), "{}", last());
+        assert_eq!(boltccl_broadcast(g, xp, 3, 0, -2), boltccl_result::InvalidParameter);
+        assert_eq!(boltccl_send(g, xp, 4, 0), boltccl_result::InvalidArgument);
+        assert_eq!(boltccl_all_sum(g, xp, xp, usize::MAX / 2, 0), boltccl_result::InvalidParameter);
+        // Zero elements: NULL buffers are fine.
+        assert_eq!(boltccl_all_sum(g, null(), null_mut(), 0, 0), boltccl_result::Ok);
+
+        let mut gathered = [0f32; 3];
+        assert_eq!(boltccl_all_gather(g, xp, gathered.as_mut_ptr() as *mut c_void, 3, 0), boltccl_result::Ok);
+        assert_eq!(gathered, x);
+        assert_eq!(boltccl_reduce_scatter(g, xp, y.as_mut_ptr() as *mut c_void, 3, 0), boltccl_result::Ok);
+        assert_eq!(y, x);
+        assert_eq!(boltccl_barrier(g), boltccl_result::Ok);
+
+        let mut sub = 0x10 as *mut boltccl_group;
+        assert_eq!(boltccl_split(g, -1, 0, &mut sub), boltccl_result::Ok);
+        assert!(sub.is_null());
+        assert_eq!(boltccl_split(g, 5, 0, &mut sub), boltccl_result::Ok);
+        assert_eq!(boltccl_size(sub), 1);
+        boltccl_group_free(g);
+        // The sub-group outlives its parent.
+        assert_eq!(boltccl_all_sum(sub, xp, xp, 3, 0), boltccl_result::Ok);
+        boltccl_group_free(sub);
+    }
+}
+
+#[test]
+fn panics_become_a_code() {
+    let r: boltccl_result = panic::boundary(|| panic!("boom"));
+    assert_eq!(r, boltccl_result::Panic);
+    assert!(last().contains("boom"), "{}", last());
+    let r: c_int = panic::boundary(|| panic!("boom"));
+    assert_eq!(r, -1);
+}
+
+#[test]
+fn version_is_the_crate_version() {
+    // SAFETY: static NUL-terminated string.
+    assert_eq!(unsafe { CStr::from_ptr(boltccl_version()) }.to_str().unwrap(), boltccl::VERSION);
+}

@@ -1,0 +1,38 @@
+"""Error mapping across real ranks: timeout, lost peer, mismatched calls, poisoned group."""
+
+from conftest import results, run_ranks
+
+
+def test_timeout_is_boltccl_and_builtin_timeout_error():
+    res = results(run_ranks(2, "errors.py", "timeout", timeout=60)[:1])[0]
+    first = res["first"]
+    assert first["type"] == "TimeoutError" and first["module"] == "boltccl.errors", first
+    assert first["builtin_timeout"] and first["boltccl_error"], first
+    assert first["kind"] == "timeout" and first["rank"] == 1, first
+    assert "raise BOLTCCL_TIMEOUT_MS" in first["msg"], first
+    # The group is unusable afterwards: later calls report the original cause.
+    second = res["second"]
+    assert second["boltccl_error"] and second["kind"] == "timeout", second
+    assert "unusable" in second["msg"], second
+
+
+def test_lost_peer_is_peer_lost_error():
+    res = results(run_ranks(2, "errors.py", "peer_lost", timeout=60)[:1])[0]
+    first = res["first"]
+    assert first["type"] == "PeerLostError", first
+    assert first["kind"] == "peer_lost" and first["rank"] == 1, first
+    assert "restart the job" in first["msg"], first
+    assert res["second"]["kind"] == "peer_lost", res["second"]
+
+
+def test_mismatched_calls_raise_error_with_kind():
+    firsts = [r["first"] for r in results(run_ranks(2, "errors.py", "mismatch", timeout=60))]
+    # The rank that notices reports the mismatch; the other may instead hear that it aborted.
+    kinds = sorted(f["kind"] for f in firsts)
+    assert kinds in (["mismatch", "mismatch"], ["aborted", "mismatch"]), firsts
+    for f in firsts:
+        assert f["boltccl_error"], f
+        if f["kind"] == "mismatch":
+            assert f["type"] == "Error", f
+        else:
+            assert f["type"] == "PeerLostError" and "aborted" in f["msg"], f

@@ -1,0 +1,64 @@
+"""Error mapping across ranks. argv[1] picks the scenario; prints RESULT {...} on rank 0."""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import boltccl
+
+mode = sys.argv[1]
+g = boltccl.init(timeout=1.5)
+g.barrier()
+R = g.rank
+res = {}
+
+
+def describe(e):
+    return {
+        "type": type(e).__name__,
+        "module": type(e).__module__,
+        "kind": getattr(e, "kind", None),
+        "rank": getattr(e, "rank", None),
+        "builtin_timeout": isinstance(e, TimeoutError),
+        "boltccl_error": isinstance(e, boltccl.Error),
+        "msg": str(e),
+    }
+
+
+def call_twice():
+    x = np.ones(4, dtype=np.float32)
+    try:
+        g.all_sum(x)
+        res["first"] = None
+    except Exception as e:  # noqa: BLE001 - recorded for the test
+        res["first"] = describe(e)
+    try:
+        g.all_sum(x)
+        res["second"] = None
+    except Exception as e:  # noqa: BLE001
+        res["second"] = describe(e)
+
+
+if mode == "timeout":
+    if R == 0:
+        call_twice()
+    else:
+        time.sleep(4)  # alive but silent: rank 0 must time out, not lose the peer
+elif mode == "peer_lost":
+    if R == 1:
+        os._exit(0)  # vanish without a goodbye
+    time.sleep(0.5)
+    call_twice()
+elif mode == "mismatch":
+    try:
+        g.all_sum(np.ones(4 + R, dtype=np.float32))
+        res["first"] = None
+    except Exception as e:  # noqa: BLE001
+        res["first"] = describe(e)
+    time.sleep(0.5)
+if R == 0 or mode == "mismatch":
+    print("RESULT " + json.dumps(res), flush=True)
+os._exit(0)

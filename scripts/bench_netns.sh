@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): 4 ranks, each in its own network namespace, fully meshed by veth
+# pairs (one "cable" per pair, as 4 Macs joined by 6 Thunderbolt cables), every link capped by
+# `tc tbf` in both directions. The verbs transport runs over softverbs (the software UC
+# provider). Compares 64 MiB all_sum with direct reduce-scatter/all-gather (uses all 3 links
+# of each rank) against the bidirectional ring (uses 2 of them).
+#
+# Needs root, iproute2 and tc. Usage: scripts/bench_netns.sh [rate, default 100mbit] [bytes, default 64 MiB]
+# Environment: BENCH_ITERS (timed calls, default 3), BENCH_RANKS (default 4), BENCH_WRAP (a command
+# prefix for each rank, e.g. "taskset -c 0").
+# Only addresses inside the namespaces this script creates are used (10.252.x.y).
+set -euo pipefail
+
+RATE="${1:-100mbit}"
+BYTES="${2:-67108864}"
+ITERS="${BENCH_ITERS:-3}"
+N="${BENCH_RANKS:-4}"
+TAG="bb$$"
+cd "$(dirname "$0")/.."
+
+cargo build -j1 --release --example allsum_size -p boltccl -p softverbs >&2
+EXE="$PWD/target/release/examples/allsum_size"
+LIB="$PWD/target/release/deps/libsoftverbs.so"
+[ -e "$LIB" ] || { echo "libsoftverbs.so not built" >&2; exit 1; }
+
+NS=()
+cleanup() {
+    for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    rm -f "$MATRIX"
+}
+MATRIX="$(mktemp /tmp/boltccl-bench-matrix.XXXXXX.json)"
+trap cleanup EXIT INT TERM
+
+iface() { echo "${TAG}$1$2"; }
+addr() { local a=$(( $1 < $2 ? $1 : $2 )) b=$(( $1 < $2 ? $2 : $1 )); echo "10.252.$((10 * a + b)).$(($1 + 1))"; }
+identity() { if [ "$1" = 0 ]; then addr 0 1; else addr "$1" 0; fi; }
+
+for k in $(seq 0 $((N - 1))); do
+    ns="${TAG}_$k"
+    ip netns add "$ns"
+    NS+=("$ns")
+    ip -n "$ns" link set lo up
+done
+for i in $(seq 0 $((N - 1))); do
+    for j in $(seq $((i + 1)) $((N - 1))); do
+        a=$(iface "$i" "$j"); b=$(iface "$j" "$i")
+        ip link add "$a" netns "${TAG}_$i" type veth peer "$b" netns "${TAG}_$j"
+        ip -n "${TAG}_$i" addr add "$(addr "$i" "$j")/24" dev "$a"
+        ip -n "${TAG}_$j" addr add "$(addr "$j" "$i")/24" dev "$b"
+        for end in "$i:$a" "$j:$b"; do
+            ns="${TAG}_${end%%:*}"; dev="${end#*:}"
+            # softverbs sends 4 KiB-MTU fragments as single UDP datagrams: a 1500-byte link
+            # would IP-fragment them, and reassembly limits drop whole datagrams under load.
+            ip -n "$ns" link set "$dev" mtu 9000 up
+            # A large limit: tbf delays instead of dropping, so UDP senders are paced by
+            # their socket buffers (UC would turn drops into errors).
+            ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$RATE" burst 64kb limit 64mb
+        done
+    done
+done
+for i in $(seq 0 $((N - 1))); do
+    for j in $(seq 0 $((N - 1))); do
+        [ "$i" = "$j" ] && continue
+        ip -n "${TAG}_$i" route replace "$(identity "$j")/32" dev "$(iface "$i" "$j")"
+        # Permanent neighbour entries: while ARP resolves, the kernel queues only ~200 KB for
+        # an unresolved neighbour and drops the rest, so a flow's first large UDP burst would
+        # be cut. (RoCE resolves the address at RTR; softverbs does not.)
+        mac=$(ip netns exec "${TAG}_$j" cat "/sys/class/net/$(iface "$j" "$i")/address")
+        ip -n "${TAG}_$i" neigh replace "$(addr "$j" "$i")" lladdr "$mac" dev "$(iface "$i" "$j")" nud permanent
+        if [ "$j" = 0 ] || [ "$i" = 0 ]; then :; else
+            ip -n "${TAG}_$i" neigh replace "$(identity "$j")" lladdr "$mac" dev "$(iface "$i" "$j")" nud permanent
+        fi
+    done
+done
+{
+    echo -n "["
+    for i in $(seq 0 $((N - 1))); do
+        [ "$i" -gt 0 ] && echo -n ","
+        echo -n "["
+        for j in $(seq 0 $((N - 1))); do
+            [ "$j" -gt 0 ] && echo -n ","
+            if [ "$i" = "$j" ]; then echo -n null; else echo -n "\"rdma_$(iface "$i" "$j")\""; fi
+        done
+        echo -n "]"
+    done
+    echo "]"
+} >"$MATRIX"
+
+run() { # algo port
+    local pids=() out rc=0
+    out=$(mktemp)
+    for k in $(seq 0 $((N - 1))); do
+        ip netns exec "${TAG}_$k" env \
+            BOLTCCL_RANK="$k" BOLTCCL_WORLD_SIZE=$N BOLTCCL_COORDINATOR="$(identity 0):$2" \
+            BOLTCCL_JOB_KEY=bench BOLTCCL_BACKEND=verbs BOLTCCL_IBV_LIBRARY="$LIB" \
+            BOLTCCL_IBV_DEVICES="$MATRIX" BOLTCCL_ALGO="$1" BOLTCCL_CHUNK_BYTES=262144 \
+            BOLTCCL_TIMEOUT_MS=60000 SOFTVERBS_QUIET=1 BENCH_BYTES="$BYTES" BENCH_ITERS="$ITERS" \
+            ${BENCH_WRAP:-} timeout 600 "$EXE" >>"$out" 2>&1 &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+    if [ "$rc" != 0 ]; then
+        cat "$out" >&2
+        rm -f "$out"
+        for ns in "${NS[@]}"; do ip netns exec "$ns" tc -s qdisc show | grep -B1 -A2 dropped | grep -v "dropped 0," >&2 || true; done
+        for ns in "${NS[@]}"; do ip netns exec "$ns" grep '^Udp:' /proc/net/snmp | tail -1 >&2; done
+        return 1
+    fi
+    grep '^BENCH' "$out"
+    rm -f "$out"
+}
+
+echo "$N ranks, full mesh of veth links, each direction capped at $RATE by tc tbf; $BYTES-byte all_sum, $ITERS timed calls"
+d=$(run direct 29411); echo "$d"
+r=$(run ring 29412); echo "$r"
+bw() { sed -n 's/.*busbw_MBps=\([0-9.]*\).*/\1/p' <<<"$1"; }
+awk -v d="$(bw "$d")" -v r="$(bw "$r")" 'BEGIN { printf "direct / ring bus bandwidth: %.2fx (target >= 1.3x)\n", d / r }'

@@ -1,0 +1,148 @@
+//! Collective algorithms, written against [`Transport`] only, so every transport reuses them.
+//!
+//! - [`direct`]: reduce-scatter then all-gather on a full mesh, all links at once (large
+//!   messages), plus the all-gather, reduce-scatter and broadcast built from the same parts;
+//! - [`mesh`]: every rank sends its whole buffer to every peer and reduces locally (one step:
+//!   small messages) and the barrier;
+//! - [`ring`]: bidirectional ring all-reduce (both directions of every link busy);
+//! - [`p2p`]: point-to-point send and receive.
+//!
+//! Determinism: mesh and direct fold contributions in rank order 0, 1, ..., P-1, so they give
+//! the same bits as each other; the ring folds each block in ring order. Either way the order
+//! depends only on the world size and the agreed settings, never on timing, and every rank
+//! ends with the owner's bits.
+
+pub mod direct;
+pub mod mesh;
+pub mod p2p;
+pub mod plan;
+pub mod ring;
+
+use crate::dtype::{DType, ReduceOp};
+use crate::error::Result;
+use crate::reduce::{combine, fold, Order};
+use crate::transport::{Limits, OnRecv, RecvOp, SendOp, Transport};
+use crate::wire::Header;
+use std::ops::Range;
+
+/// Scratch memory an algorithm may use for in-flight pieces, per call.
+pub const SCRATCH_BUDGET: usize = 16 << 20;
+/// Most pieces per peer in one exchange (bounds the part numbering and the op lists).
+pub const MAX_BATCH: usize = 64;
+
+/// Everything an algorithm needs for one call.
+pub(crate) struct Ctx<'a> {
+    pub t: &'a mut dyn Transport,
+    /// Group rank to transport rank.
+    pub members: &'a [usize],
+    /// This rank, in the group.
+    pub me: usize,
+    /// The call's header; pieces set `part` and `len`.
+    pub base: Header,
+    /// Pipelining unit, bytes (a multiple of 8, so of every element size).
+    pub chunk: usize,
+    /// Reusable scratch for received pieces.
+    pub scratch: &'a mut Vec<u64>,
+    /// Reusable staging for a copy of the local input.
+    pub stage: &'a mut Vec<u64>,
+    pub limits: Limits,
+}
+
+impl Ctx<'_> {
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn peer(&self, q: usize) -> usize {
+        self.members[q]
+    }
+
+    /// The header of piece `piece` of `len` bytes in `step` of `phase`.
+    pub fn hdr(&self, phase: u32, step: usize, piece: usize, len: usize) -> Header {
+        debug_assert!(phase < 256 && piece < 4096);
+        let part = (phase << 24) | (((step as u32) & 0xFFF) << 12) | piece as u32;
+        self.base.piece(part, len)
+    }
+
+    /// Pieces per peer per exchange that keep `slots` in-flight pieces inside the budget.
+    pub fn batch(&self, slots_per_piece: usize) -> usize {
+        (SCRATCH_BUDGET / (slots_per_piece.max(1) * self.chunk)).clamp(1, MAX_BATCH)
+    }
+
+    pub fn exchange(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<()> {
+        self.t.exchange(sends, recvs, on_recv, &self.limits)
+    }
+}
+
+/// A byte view of a reusable `u64` buffer (8-aligned, so every element type is aligned),
+/// grown to at least `len` bytes.
+pub(crate) fn bytes_of(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
+    let words = len.div_ceil(8);
+    if buf.len() < words {
+        buf.resize(words, 0);
+    }
+    &mut bytemuck::cast_slice_mut(&mut buf[..words])[..len]
+}
+
+/// Split `buf` into the consecutive `ranges` (which must tile a prefix of it, in order).
+pub(crate) fn split_ranges<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Vec<&'b mut [u8]> {
+    let mut out = Vec::with_capacity(ranges.len());
+    let mut at = 0;
+    for r in ranges {
+        debug_assert_eq!(r.start, at, "ranges must be consecutive");
+        let (head, tail) = std::mem::take(&mut buf).split_at_mut(r.len());
+        out.push(head);
+        buf = tail;
+        at = r.end;
+    }
+    out
+}
+
+/// Fold the contributions of ranks 0..p to one piece into `out`, in rank order.
+/// `other(q)` gives rank q's contribution (q != me). `local` is this rank's, or `None` when it
+/// is already in `out` (in place). `tmp` is a spare piece-sized buffer. Both forms build the
+/// same left-to-right association `((t0 op t1) op t2) ...`, so the bits do not depend on
+/// whether the call was in place.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fold_rank_order<'s>(
+    op: ReduceOp,
+    dtype: DType,
+    out: &mut [u8],
+    me: usize,
+    p: usize,
+    local: Option<&'s [u8]>,
+    other: impl Fn(usize) -> &'s [u8],
+    tmp: &mut [u8],
+) {
+    match local {
+        Some(local) => {
+            let term = |q: usize| if q == me { local } else { other(q) };
+            if p == 1 {
+                out.copy_from_slice(local);
+                return;
+            }
+            combine(op, dtype, out, term(0), term(1));
+            for q in 2..p {
+                fold(op, dtype, out, term(q), Order::AccFirst);
+            }
+        }
+        None => {
+            if me > 0 {
+                let prefix: &[u8] = if me == 1 {
+                    other(0)
+                } else {
+                    let tmp = &mut tmp[..out.len()];
+                    combine(op, dtype, tmp, other(0), other(1));
+                    for q in 2..me {
+                        fold(op, dtype, tmp, other(q), Order::AccFirst);
+                    }
+                    tmp
+                };
+                fold(op, dtype, out, prefix, Order::NextFirst);
+            }
+            for q in me + 1..p {
+                fold(op, dtype, out, other(q), Order::AccFirst);
+            }
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Bidirectional ring all-reduce: half the buffer travels clockwise, half counter-clockwise,
+//! so both directions of every link carry data. Each half is a classic ring: P-1
+//! reduce-scatter steps then P-1 all-gather steps, each step sending one block to a
+//! neighbour. Within a step the block moves in chunk pieces, each reduced as it lands.
+//! Large buffers are cut into segments so that scratch stays inside the budget.
+
+use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
+use super::{bytes_of, split_ranges, Ctx};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::reduce::{combine, fold, Order};
+use crate::transport::{RecvOp, SendOp};
+use std::ops::Range;
+
+const PHASE_REDUCE: u32 = 4;
+const PHASE_GATHER: u32 = 5;
+const DIRS: [Dir; 2] = [1, -1];
+
+/// Ring all-reduce. `input` is `None` when `buf` holds the input.
+pub(crate) fn all_reduce(
+    ctx: &mut Ctx<'_>,
+    op: ReduceOp,
+    dtype: DType,
+    input: Option<&[u8]>,
+    buf: &mut [u8],
+) -> Result<()> {
+    let (p, e) = (ctx.size(), dtype.size());
+    if p == 1 {
+        if let Some(input) = input {
+            buf.copy_from_slice(input);
+        }
+        return Ok(());
+    }
+    let block_pieces = ctx.batch(2);
+    let block_max = block_pieces * ctx.chunk / e;
+    let segment = block_max * p * 2;
+    let n = buf.len() / e;
+    let mut scratch = std::mem::take(ctx.scratch);
+    let result = (|| {
+        let slots = bytes_of(&mut scratch, 2 * block_max * e);
+        for (s, seg) in pieces(0..n, segment).enumerate() {
+            let seg = bytes(&seg, e);
+            let local = input.map(|i| &i[seg.clone()]);
+            segment_all_reduce(ctx, op, dtype, local, &mut buf[seg], slots, s)?;
+        }
+        Ok(())
+    })();
+    *ctx.scratch = scratch;
+    result
+}
+
+/// The 2P blocks of a segment: half 0 (clockwise) blocks 0..P, then half 1 blocks 0..P.
+fn blocks(n: usize, p: usize, e: usize) -> Vec<Range<usize>> {
+    partition(n, 2)
+        .into_iter()
+        .flat_map(|h| partition(h.len(), p).into_iter().map(move |b| bytes(&(b.start + h.start..b.end + h.start), e)))
+        .collect()
+}
+
+fn four<'b>(regions: &'b mut [&mut [u8]], idx: [usize; 4]) -> Result<[&'b mut [u8]; 4]> {
+    let [a, b, c, d] =
+        regions.get_disjoint_mut(idx).map_err(|_| Error::Internal(format!("ring blocks overlap: {idx:?}")))?;
+    Ok([&mut **a, &mut **b, &mut **c, &mut **d])
+}
+
+#[allow(clippy::too_many_arguments)]
+fn segment_all_reduce(
+    ctx: &mut Ctx<'_>,
+    op: ReduceOp,
+    dtype: DType,
+    local: Option<&[u8]>,
+    buf: &mut [u8],
+    slots: &mut [u8],
+    segment: usize,
+) -> Result<()> {
+    let (p, me, chunk, e) = (ctx.size(), ctx.me, ctx.chunk, dtype.size());
+    let blocks = blocks(buf.len() / e, p, e);
+    let idx = |d: usize, b: usize| d * p + b;
+    let (slot0, slot1) = slots.split_at_mut(slots.len() / 2);
+    let mut slot_store = [slot0, slot1];
+    // Reduce-scatter.
+    for step in 0..p - 1 {
+        let mut regions = split_ranges(buf, &blocks);
+        let plan: Vec<(usize, usize, usize, usize)> = DIRS
+            .iter()
+            .map(|&d| {
+                let (to, from) = ring_neighbors(me, p, d);
+                let (sb, rb) = ring_reduce_scatter_step(me, p, d, step);
+                (to, from, sb, rb)
+            })
+            .collect();
+        let [s0, r0, s1, r1] =
+            four(&mut regions, [idx(0, plan[0].2), idx(0, plan[0].3), idx(1, plan[1].2), idx(1, plan[1].3)])?;
+        let send_blocks: [&[u8]; 2] = match local {
+            Some(l) if step == 0 => [&l[blocks[idx(0, plan[0].2)].clone()], &l[blocks[idx(1, plan[1].2)].clone()]],
+            _ => [s0, s1],
+        };
+        let recv_local: [Option<&[u8]>; 2] = match local {
+            Some(l) => [Some(&l[blocks[idx(0, plan[0].3)].clone()]), Some(&l[blocks[idx(1, plan[1].3)].clone()])],
+            None => [None, None],
+        };
+        let mut outs: [Vec<&mut [u8]>; 2] = [r0.chunks_mut(chunk).collect(), r1.chunks_mut(chunk).collect()];
+        let mut sends = Vec::new();
+        let mut recvs = Vec::new();
+        let mut owner = Vec::new();
+        for (di, slot) in slot_store.iter_mut().enumerate() {
+            let (to, from, _, _) = plan[di];
+            for (k, r) in pieces(0..send_blocks[di].len(), chunk).enumerate() {
+                sends.push(SendOp {
+                    peer: ctx.peer(to),
+                    header: ctx.hdr(PHASE_REDUCE, segment, k * 2 + di, r.len()),
+                    data: &send_blocks[di][r],
+                });
+            }
+            let rlen = outs[di].iter().map(|o| o.len()).sum::<usize>();
+            for (k, (r, piece)) in pieces(0..rlen, chunk).zip(slot.chunks_mut(chunk)).enumerate() {
+                recvs.push(RecvOp {
+                    peer: ctx.peer(from),
+                    expect: ctx.hdr(PHASE_REDUCE, segment, k * 2 + di, r.len()),
+                    buf: &mut piece[..r.len()],
+                });
+                owner.push((di, k, r));
+            }
+        }
+        let mut on_recv = |recvs: &[RecvOp<'_>], i: usize| {
+            let (di, k, ref r) = owner[i];
+            if let Some(out) = outs[di].get_mut(k) {
+                match recv_local[di] {
+                    // received op mine: the block's running sum comes first, in ring order.
+                    Some(l) => combine(op, dtype, out, recvs[i].buf, &l[r.clone()]),
+                    None => fold(op, dtype, out, recvs[i].buf, Order::NextFirst),
+                }
+            }
+            Ok(())
+        };
+        ctx.exchange(&sends, &mut recvs, &mut on_recv)?;
+    }
+    // All-gather of the reduced blocks.
+    for step in 0..p - 1 {
+        let mut regions = split_ranges(buf, &blocks);
+        let plan: Vec<(usize, usize, usize, usize)> = DIRS
+            .iter()
+            .map(|&d| {
+                let (to, from) = ring_neighbors(me, p, d);
+                let (sb, rb) = ring_all_gather_step(me, p, d, step, 1);
+                (to, from, sb, rb)
+            })
+            .collect();
+        let [s0, r0, s1, r1] =
+            four(&mut regions, [idx(0, plan[0].2), idx(0, plan[0].3), idx(1, plan[1].2), idx(1, plan[1].3)])?;
+        let send_blocks: [&[u8]; 2] = [s0, s1];
+        let mut recv_blocks: [&mut [u8]; 2] = [r0, r1];
+        let mut sends = Vec::new();
+        for (di, block) in send_blocks.iter().enumerate() {
+            for (k, r) in pieces(0..block.len(), chunk).enumerate() {
+                sends.push(SendOp {
+                    peer: ctx.peer(plan[di].0),
+                    header: ctx.hdr(PHASE_GATHER, segment, k * 2 + di, r.len()),
+                    data: &block[r],
+                });
+            }
+        }
+        let mut recvs = Vec::new();
+        for (di, block) in recv_blocks.iter_mut().enumerate() {
+            let from = ctx.peer(plan[di].1);
+            if block.is_empty() {
+                recvs.push(RecvOp { peer: from, expect: ctx.hdr(PHASE_GATHER, segment, di, 0), buf: &mut block[..] });
+                continue;
+            }
+            for (k, piece) in block.chunks_mut(chunk).enumerate() {
+                let len = piece.len();
+                recvs.push(RecvOp { peer: from, expect: ctx.hdr(PHASE_GATHER, segment, k * 2 + di, len), buf: piece });
+            }
+        }
+        ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+    }
+    Ok(())
+}

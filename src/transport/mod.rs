@@ -1,0 +1,160 @@
+//! Transports move framed messages between ranks; algorithms decide which.
+//!
+//! The whole interface is one call, [`Transport::exchange`]: a batch of sends and receives
+//! that proceed concurrently on all links, in list order per peer, with a callback as each
+//! receive completes so the caller can reduce that piece while the rest is still on the wire.
+//! That is enough for every algorithm boltccl has (mesh, direct reduce-scatter/all-gather,
+//! bidirectional ring, point-to-point), and small enough that TCP, the in-process transport
+//! and RDMA verbs each implement it in one file.
+
+pub mod mem;
+pub mod tcp;
+pub mod verbs;
+
+use crate::error::Error;
+use crate::wire::Header;
+use std::time::Duration;
+
+/// One message to send: a header (the transport sets nothing in it) and its payload.
+pub struct SendOp<'a> {
+    /// Destination rank (transport numbering).
+    pub peer: usize,
+    /// Header; `len` must equal `data.len()`.
+    pub header: Header,
+    /// Payload.
+    pub data: &'a [u8],
+}
+
+/// One message to receive into a buffer, and the header it must carry.
+pub struct RecvOp<'a> {
+    /// Source rank (transport numbering).
+    pub peer: usize,
+    /// The header the sender must have sent; any difference is an error.
+    pub expect: Header,
+    /// Where the payload lands; its length must equal `expect.len`.
+    pub buf: &'a mut [u8],
+}
+
+/// A check run while a call is blocked (never on the fast path): returning `true` stops the
+/// call with [`Error::Interrupted`]. Python uses it to let Ctrl-C through.
+pub type InterruptCheck = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// How often a blocked call runs the interrupt check.
+pub const INTERRUPT_EVERY: Duration = Duration::from_millis(50);
+
+/// Limits for one exchange.
+#[derive(Clone)]
+pub struct Limits {
+    /// Fail if nothing moves for this long.
+    pub timeout: Duration,
+    /// Name of the call, for error messages.
+    pub op: &'static str,
+    /// Run while blocked; `true` interrupts the call.
+    pub interrupt: Option<InterruptCheck>,
+}
+
+impl Limits {
+    /// Run the interrupt check, if any.
+    pub fn interrupted(&self) -> Result<(), Error> {
+        match &self.interrupt {
+            Some(f) if f() => Err(Error::Interrupted { op: self.op.to_string() }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Called with all receives and the index of the one that just completed.
+pub type OnRecv<'c> = dyn FnMut(&[RecvOp<'_>], usize) -> Result<(), Error> + 'c;
+
+/// A way to move messages between the ranks of one job.
+pub trait Transport: Send {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// Run `sends` and `recvs` to completion, all peers concurrently, in list order per peer.
+    /// Calls `on_recv(recvs, i)` when receive `i` has arrived and its header checked.
+    /// Returns the first error: a dead peer, a peer's abort, a mismatched header, a timeout.
+    fn exchange(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        limits: &Limits,
+    ) -> Result<(), Error>;
+    /// Best effort, never blocking for long: tell every rank that this job is failing because
+    /// of `cause`, and close the data links so no one waits on this rank.
+    fn abort(&mut self, cause: &Error);
+}
+
+/// How a blocked exchange waits for progress: spin hard (lowest latency), then yield the CPU
+/// between checks (lets co-located ranks and the kernel's network work run), then sleep in
+/// the kernel. Hard spinning is only allowed when this host runs no more ranks than cores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitPolicy {
+    /// Spin without yielding for this long after the last progress.
+    pub hard: Duration,
+    /// Keep checking, yielding between checks, until this long after the last progress.
+    pub soft: Duration,
+}
+
+/// What a waiting loop should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitStep {
+    /// Check again at once.
+    Spin,
+    /// Yield the CPU, then check again.
+    Yield,
+    /// Sleep until the transport has something to do.
+    Block,
+}
+
+impl WaitPolicy {
+    /// The policy for `local_ranks` ranks on a host with `cores` cores; `budget` is
+    /// `BOLTCCL_SPIN_US` when set.
+    pub fn for_host(local_ranks: usize, cores: usize, budget: Option<Duration>) -> WaitPolicy {
+        let soft = budget.unwrap_or(Duration::from_micros(50));
+        let hard = if local_ranks <= cores { soft / 4 } else { Duration::ZERO };
+        WaitPolicy { hard, soft }
+    }
+
+    /// The next step after `idle` without progress.
+    pub fn step(&self, idle: Duration) -> WaitStep {
+        if idle < self.hard {
+            WaitStep::Spin
+        } else if idle < self.soft {
+            WaitStep::Yield
+        } else {
+            WaitStep::Block
+        }
+    }
+}
+
+/// The abort frame's view of an error: who is to blame, whether that rank is gone, and why.
+pub(crate) fn abort_fields(me: usize, cause: &Error) -> (usize, bool, String) {
+    match cause {
+        Error::PeerLost { rank, detail } => (*rank, true, detail.clone()),
+        Error::Aborted { rank, reason } => (*rank, false, reason.clone()),
+        Error::Poisoned(inner) => abort_fields(me, inner),
+        other => (me, false, other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_spins_hard_when_ranks_outnumber_cores() {
+        let us = Duration::from_micros;
+        let p = WaitPolicy::for_host(2, 2, None);
+        assert_eq!((p.step(us(1)), p.step(us(20)), p.step(us(60))), (WaitStep::Spin, WaitStep::Yield, WaitStep::Block));
+        let p = WaitPolicy::for_host(4, 2, None);
+        assert_eq!(
+            (p.step(us(0)), p.step(us(20)), p.step(us(60))),
+            (WaitStep::Yield, WaitStep::Yield, WaitStep::Block)
+        );
+        let p = WaitPolicy::for_host(1, 8, Some(Duration::ZERO));
+        assert_eq!(p.step(us(0)), WaitStep::Block);
+    }
+}

@@ -1,0 +1,110 @@
+//! Conformance: every collective × world sizes 1–8 × lengths {0, 1, prime, many chunks} ×
+//! every element type × every algorithm, over the in-process transport (ranks as threads) and
+//! over TCP (ranks as separate processes). Results are checked against a sequential reference
+//! and must be bitwise identical on all ranks — and, for the rank-order algorithms (mesh,
+//! direct, auto), identical between algorithms.
+
+mod common;
+
+use boltccl::{Algo, Config, Group};
+use common::{is_worker, suite, RankOutput, Ranks};
+use std::collections::HashMap;
+use std::time::Duration;
+
+const ALGOS: [Algo; 4] = [Algo::Auto, Algo::Mesh, Algo::Direct, Algo::Ring];
+/// Small chunks, so short buffers take the multi-chunk paths.
+const CHUNK: usize = 64;
+
+fn run_in_process(n: usize, algo: Algo) -> Vec<u64> {
+    // A small mesh threshold so `auto` uses both mesh and direct within the suite.
+    let cfg =
+        Config { algo, chunk_bytes: CHUNK, mesh_max_bytes: 256, timeout: Duration::from_secs(20), ..Config::default() };
+    let groups = Group::local_world_with(n, &cfg);
+    let handles: Vec<_> =
+        groups.into_iter().map(|g| std::thread::spawn(move || suite(&g, algo != Algo::Ring))).collect();
+    handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
+}
+
+#[test]
+fn in_process_every_world_size_and_algorithm() {
+    for n in 1..=8 {
+        let mut rank_order_digest = None;
+        for algo in ALGOS {
+            let digests = run_in_process(n, algo);
+            assert!(digests.iter().all(|&d| d == digests[0]), "world {n} {algo:?}: ranks differ: {digests:x?}");
+            if algo != Algo::Ring {
+                let d = *rank_order_digest.get_or_insert(digests[0]);
+                assert_eq!(
+                    d, digests[0],
+                    "world {n}: {algo:?} gave different bits from the other rank-order algorithms"
+                );
+            }
+        }
+    }
+}
+
+/// The rank-process side of the TCP test.
+#[test]
+fn tcp_worker() {
+    if !is_worker() {
+        return;
+    }
+    let g = boltccl::init().expect("init");
+    let ring = g.config().algo == Algo::Ring;
+    let d = suite(&g, !ring);
+    println!("DIGEST {d:x}");
+}
+
+fn digests(outs: &[RankOutput]) -> Vec<String> {
+    outs.iter()
+        .map(|o| {
+            assert!(o.status.success(), "rank {} failed ({:?}):\n{}\n{}", o.rank, o.status, o.stdout, o.stderr);
+            o.stdout
+                .lines()
+                .find_map(|l| l.split_once("DIGEST ").map(|(_, d)| d.trim()))
+                .unwrap_or_else(|| panic!("rank {} printed no digest:\n{}", o.rank, o.stdout))
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn tcp_processes_every_world_size_and_algorithm() {
+    let mut per_world: HashMap<usize, String> = HashMap::new();
+    for n in 1..=8 {
+        for algo in ALGOS {
+            let env = [
+                ("BOLTCCL_ALGO", algo.name().to_string()),
+                ("BOLTCCL_CHUNK_BYTES", CHUNK.to_string()),
+                ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
+                ("BOLTCCL_TIMEOUT_MS", "20000".to_string()),
+            ];
+            let outs = Ranks::spawn(n, "tcp_worker", &env).wait(Duration::from_secs(120));
+            let d = digests(&outs);
+            assert!(d.iter().all(|x| x == &d[0]), "world {n} {algo:?}: ranks differ: {d:?}");
+            if algo != Algo::Ring {
+                let first = per_world.entry(n).or_insert_with(|| d[0].clone());
+                assert_eq!(first, &d[0], "world {n}: {algo:?} over TCP gave different bits");
+            }
+        }
+    }
+    // Several connections per peer: pieces are striped across them, results unchanged.
+    for algo in [Algo::Auto, Algo::Ring] {
+        let env = [
+            ("BOLTCCL_ALGO", algo.name().to_string()),
+            ("BOLTCCL_CHUNK_BYTES", CHUNK.to_string()),
+            ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
+            ("BOLTCCL_TCP_STREAMS", "3".to_string()),
+        ];
+        let d = digests(&Ranks::spawn(4, "tcp_worker", &env).wait(Duration::from_secs(120)));
+        assert!(d.iter().all(|x| x == &d[0]), "4 ranks, 3 streams, {algo:?}: ranks differ: {d:?}");
+        if algo == Algo::Auto {
+            assert_eq!(per_world[&4], d[0], "3 streams per peer changed the results");
+        }
+    }
+    // The in-process transport must give exactly the same bits as TCP.
+    for n in [1, 3, 8] {
+        let mem = format!("{:x}", run_in_process(n, Algo::Auto)[0]);
+        assert_eq!(per_world[&n], mem, "world {n}: TCP and in-process results differ");
+    }
+}

@@ -1,0 +1,111 @@
+//! The `boltccl` command: launching local and (through a stand-in ssh) remote ranks, failure
+//! reporting, and the benchmark's output, JSON and plot.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn boltccl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_boltccl"))
+}
+
+fn text(o: &std::process::Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn launch_prefixes_output_and_sets_the_environment() {
+    let o = boltccl()
+        .args([
+            "launch",
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo rank=$BOLTCCL_RANK size=$BOLTCCL_WORLD_SIZE key=${#BOLTCCL_JOB_KEY}",
+        ])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    for r in 0..3 {
+        assert!(out.contains(&format!("[{r}] rank={r} size=3 key=32")), "{out}");
+    }
+}
+
+#[test]
+fn a_failing_rank_stops_the_others_and_is_reported() {
+    let t = Instant::now();
+    let o = boltccl()
+        .args([
+            "launch",
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "if [ $BOLTCCL_RANK = 1 ]; then echo boom >&2; exit 3; fi; sleep 60",
+        ])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(20), "the others were not stopped");
+    assert!(err.contains("rank 1 failed (exit code 3)") && err.contains("boom"), "{err}");
+}
+
+#[test]
+fn hostfile_launch_runs_a_real_collective_through_ssh() {
+    let dir = tempfile::tempdir().unwrap();
+    // Stand-in for ssh: drop the options and the host name, run the command here.
+    let ssh = dir.path().join("fake-ssh");
+    std::fs::write(&ssh, "#!/bin/sh\nshift 3\nexec sh -c \"$1\"\n").unwrap();
+    std::fs::set_permissions(&ssh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hosts = dir.path().join("hosts.json");
+    std::fs::write(&hosts, r#"[{"ssh": "mac1", "ips": ["127.0.0.1"]}, {"ssh": "mac2", "ips": ["127.0.0.1"]}]"#)
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let o = boltccl()
+        .env("BOLTCCL_SSH", &ssh)
+        .args(["launch", "--hostfile", hosts.to_str().unwrap(), "--port", &port, "--timeout-s", "60", "--"])
+        .arg(env!("CARGO_BIN_EXE_boltccl"))
+        .args(["bench", "--ops", "all-sum", "--sizes", "4,4K", "--budget-s", "0.01"])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("[0] # boltccl bench: 2 ranks"), "{out}");
+    assert!(out.lines().filter(|l| l.contains("all_sum") && l.trim_end().ends_with("ok")).count() == 2, "{out}");
+}
+
+#[test]
+fn bench_checks_every_op_and_writes_json_and_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, svg) = (dir.path().join("r.jsonl"), dir.path().join("r.svg"));
+    let o = boltccl()
+        .args(["bench", "-n", "3", "--sizes", "4,1K,300K", "--budget-s", "0.01", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    let recs: Vec<serde_json::Value> =
+        std::fs::read_to_string(&json).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 5 * 3, "one record per op and size");
+    for r in &recs {
+        assert_eq!(r["correct"], true, "{r}");
+        assert_eq!(r["n"], 3);
+        assert!(r["median_us"].as_f64().unwrap() > 0.0);
+        let factor = r["busbw_gbps"].as_f64().unwrap() / r["algbw_gbps"].as_f64().unwrap();
+        let want = match r["op"].as_str().unwrap() {
+            "all_sum" => 4.0 / 3.0,
+            "all_gather" | "reduce_scatter" => 2.0 / 3.0,
+            _ => 1.0,
+        };
+        assert!((factor - want).abs() < 1e-9, "{r}");
+    }
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("all_gather") && svg.contains("busbw"), "not a plot");
+}
