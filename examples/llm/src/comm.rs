@@ -5,7 +5,7 @@
 //! so swapping in the real library is one `impl Comm for boltccl::Group` (see `BoltGroup` once
 //! boltccl lands on main).
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Minimal collective interface used by the tensor-parallel model.
@@ -43,141 +43,22 @@ impl Comm for SingleRank {
     }
 }
 
-/// Shared state for [`LocalThreadComm`]: one slot per rank plus a barrier.
-struct LocalShared {
-    slots: Vec<Mutex<Vec<f32>>>,
-    tokens: Mutex<Vec<u32>>,
-    barrier: PoisonableBarrier,
-}
-
-/// A barrier that fails instead of waiting forever once any rank has gone away (returned an
-/// error or panicked and dropped its handle): without it, one failing rank would hang the
-/// others, the classic distributed-inference failure mode.
-struct PoisonableBarrier {
-    n: usize,
-    state: Mutex<(usize, u64, bool)>, // (arrived, generation, poisoned)
-    cv: Condvar,
-}
-
-impl PoisonableBarrier {
-    fn new(n: usize) -> Self {
-        Self {
-            n,
-            state: Mutex::new((0, 0, false)),
-            cv: Condvar::new(),
-        }
-    }
-
-    fn wait(&self) -> anyhow::Result<()> {
-        let mut st = self.state.lock().unwrap();
-        anyhow::ensure!(
-            !st.2,
-            "a peer rank left the group (error or panic on that rank)"
-        );
-        let gen = st.1;
-        st.0 += 1;
-        if st.0 == self.n {
-            st.0 = 0;
-            st.1 += 1;
-            self.cv.notify_all();
-            return Ok(());
-        }
-        // The generation check comes first: a barrier that completed is a success even if a
-        // peer leaves right afterwards.
-        while st.1 == gen {
-            anyhow::ensure!(
-                !st.2,
-                "a peer rank left the group (error or panic on that rank)"
-            );
-            st = self.cv.wait(st).unwrap();
-        }
-        Ok(())
-    }
-
-    fn poison(&self) {
-        self.state.lock().unwrap().2 = true;
-        self.cv.notify_all();
-    }
-}
-
-/// In-process ranks (one thread each) — a **test/demo helper**, not a transport.
-///
-/// Stands in for `boltccl::Group::local_world(n)` until boltccl lands. `all_sum` adds the
-/// contributions in rank order 0..n on every rank, so all ranks get the bitwise same result
-/// (the determinism boltccl guarantees).
-pub struct LocalThreadComm {
-    rank: usize,
-    shared: Arc<LocalShared>,
-}
-
-impl LocalThreadComm {
-    /// Creates `n` connected ranks; hand one to each thread.
-    pub fn world(n: usize) -> Vec<LocalThreadComm> {
-        assert!(n > 0, "world size must be at least 1");
-        let shared = Arc::new(LocalShared {
-            slots: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
-            tokens: Mutex::new(Vec::new()),
-            barrier: PoisonableBarrier::new(n),
-        });
-        (0..n)
-            .map(|rank| LocalThreadComm {
-                rank,
-                shared: shared.clone(),
-            })
-            .collect()
-    }
-}
-
-impl Drop for LocalThreadComm {
-    /// A rank that drops its handle can no longer take part; wake and fail anyone waiting.
-    /// (After a clean run every rank is past its last collective, so this is harmless.)
-    fn drop(&mut self) {
-        self.shared.barrier.poison();
-    }
-}
-
-impl Comm for LocalThreadComm {
+/// The real thing: a boltccl group, over TCP or RDMA between processes, or in memory between
+/// threads (`boltccl::Group::local_world`). boltccl guarantees the same bits on every rank,
+/// which keeps the replicated residual stream identical across ranks.
+impl Comm for boltccl::Group {
     fn rank(&self) -> usize {
-        self.rank
+        boltccl::Group::rank(self)
     }
     fn size(&self) -> usize {
-        self.shared.slots.len()
+        boltccl::Group::size(self)
     }
     fn all_sum(&self, x: &mut [f32]) -> anyhow::Result<()> {
-        {
-            let mut slot = self.shared.slots[self.rank].lock().unwrap();
-            slot.clear();
-            slot.extend_from_slice(x);
-        }
-        self.shared.barrier.wait()?;
-        // Fixed summation order (rank 0 first) => identical bits on every rank.
-        x.fill(0.0);
-        for s in &self.shared.slots {
-            let s = s.lock().unwrap();
-            anyhow::ensure!(s.len() == x.len(), "all_sum length mismatch between ranks");
-            for (a, b) in x.iter_mut().zip(s.iter()) {
-                *a += *b;
-            }
-        }
-        // Nobody may overwrite its slot for the next call before everyone has read it.
-        self.shared.barrier.wait()?;
+        boltccl::Group::all_sum(self, x)?;
         Ok(())
     }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
-        anyhow::ensure!(root < self.size(), "broadcast root {root} out of range");
-        if self.rank == root {
-            *self.shared.tokens.lock().unwrap() = x.to_vec();
-        }
-        self.shared.barrier.wait()?;
-        {
-            let t = self.shared.tokens.lock().unwrap();
-            anyhow::ensure!(
-                t.len() == x.len(),
-                "broadcast length mismatch between ranks"
-            );
-            x.copy_from_slice(&t);
-        }
-        self.shared.barrier.wait()?;
+        boltccl::Group::broadcast(self, x, root)?;
         Ok(())
     }
 }

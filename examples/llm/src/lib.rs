@@ -7,8 +7,6 @@
 #![warn(missing_docs)]
 
 pub mod comm;
-#[cfg(feature = "boltccl")]
-mod comm_boltccl;
 pub mod config;
 pub mod generate;
 #[cfg(feature = "gpu")]

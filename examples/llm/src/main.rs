@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
 
-use boltccl_llm::comm::{Comm, LocalThreadComm, SingleRank, TimedComm};
+use boltccl_llm::comm::{Comm, SingleRank, TimedComm};
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::loader::{self, Checkpoint};
 use boltccl_llm::model::{LoadOptions, Model};
@@ -225,8 +225,7 @@ fn main() -> anyhow::Result<()> {
         args.local_ranks
     );
     // A process launched as one rank of a boltccl group (e.g. by `boltccl launch`).
-    #[cfg(feature = "boltccl")]
-    if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
+        if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
         anyhow::ensure!(
             args.local_ranks == 1,
             "--local-ranks cannot be combined with a boltccl group"
@@ -244,7 +243,7 @@ fn main() -> anyhow::Result<()> {
         report(&out, &comm);
         return Ok(());
     }
-    let world = LocalThreadComm::world(args.local_ranks);
+    let world = boltccl::Group::local_world(args.local_ranks);
     std::thread::scope(|s| {
         let handles: Vec<_> = world
             .into_iter()

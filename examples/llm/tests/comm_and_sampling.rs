@@ -2,12 +2,12 @@
 
 mod common;
 
-use boltccl_llm::comm::{Comm, LocalThreadComm};
+use boltccl_llm::comm::Comm;
 use boltccl_llm::sample::{argmax, Sampler};
 
 #[test]
 fn local_all_sum_is_identical_on_all_ranks() {
-    let world = LocalThreadComm::world(3);
+    let world = boltccl::Group::local_world(3);
     let res: Vec<Vec<f32>> = std::thread::scope(|s| {
         let hs: Vec<_> = world
             .into_iter()
@@ -36,7 +36,7 @@ fn local_all_sum_is_identical_on_all_ranks() {
 
 #[test]
 fn a_failed_rank_does_not_hang_the_others() {
-    let mut world = LocalThreadComm::world(3);
+    let mut world = boltccl::Group::local_world(3);
     let gone = world.pop().unwrap();
     let t = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -78,7 +78,7 @@ fn sampler_greedy_seeded_and_top_p() {
 
 /// A comm whose rank 1 gets a sum that is off by one ulp — the kind of non-determinism a
 /// careless mesh all-reduce produces. `check_sync` must catch it (a 1-ulp change can be rounded away for a step or two).
-struct SkewedComm(LocalThreadComm);
+struct SkewedComm(boltccl::Group);
 
 impl Comm for SkewedComm {
     fn rank(&self) -> usize {
@@ -111,7 +111,7 @@ fn check_sync_detects_diverging_ranks() {
     let src = src.as_ref();
     for (skew, check) in [(true, true), (false, true), (true, false)] {
         let results: Vec<anyhow::Result<_>> = std::thread::scope(|s| {
-            let hs: Vec<_> = LocalThreadComm::world(2)
+            let hs: Vec<_> = boltccl::Group::local_world(2)
                 .into_iter()
                 .map(|c| {
                     s.spawn(move || {

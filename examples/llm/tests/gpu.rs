@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use boltccl_llm::comm::{Comm, LocalThreadComm};
+use boltccl_llm::comm::Comm;
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::gpu::{wgsl_to_msl, GpuContext, GpuMat, MATVEC_F16_WGSL, MATVEC_WGSL};
 use boltccl_llm::loader::safetensors::StoreDtype;
@@ -78,7 +78,7 @@ fn gpu_matvec_matches_cpu() {
 }
 
 fn run_gpu(src: &dyn WeightSource, ctx: &Arc<GpuContext>, tp: usize, prompt: &[u32]) -> GenOutput {
-    let world = LocalThreadComm::world(tp);
+    let world = boltccl::Group::local_world(tp);
     std::thread::scope(|s| {
         let hs: Vec<_> = world
             .into_iter()

@@ -8,7 +8,7 @@ pub mod reference;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use boltccl_llm::comm::{Comm, LocalThreadComm};
+use boltccl_llm::comm::Comm;
 use boltccl_llm::config::RopeStyle;
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::loader::safetensors::{write_safetensors, StoreDtype};
@@ -207,7 +207,7 @@ pub fn run_tp_with(
     n: usize,
     opts: LoadOptions,
 ) -> GenOutput {
-    let world = LocalThreadComm::world(tp);
+    let world = boltccl::Group::local_world(tp);
     let outs: Vec<GenOutput> = std::thread::scope(|s| {
         let hs: Vec<_> = world
             .into_iter()
