@@ -1,0 +1,104 @@
+//! The decode loop every rank runs in lock-step.
+
+use std::time::{Duration, Instant};
+
+use crate::comm::Comm;
+use crate::model::Model;
+use crate::sample::Sampler;
+
+/// What to generate.
+pub struct GenOptions {
+    /// Maximum new tokens.
+    pub max_tokens: usize,
+    /// Stop when this token is chosen (it is not emitted).
+    pub stop_token: Option<u32>,
+    /// Keep every step's logits (rank 0 only), for tests.
+    pub record_logits: bool,
+    /// After every forward pass, compare the residual-stream fingerprint of every rank with
+    /// rank 0's (one extra tiny broadcast) and fail on the first difference, instead of
+    /// letting ranks silently compute with different states.
+    pub check_sync: bool,
+}
+
+/// Fails if this rank's replicated state differs from rank 0's.
+fn check_sync(comm: &dyn Comm, fingerprint: u32, step: usize) -> anyhow::Result<()> {
+    let mut f = [fingerprint];
+    comm.broadcast_u32(&mut f, 0)?;
+    anyhow::ensure!(
+        f[0] == fingerprint,
+        "rank {} diverged from rank 0 at step {step}: the all_sum results were not bitwise \
+         identical on all ranks",
+        comm.rank()
+    );
+    Ok(())
+}
+
+/// Result of [`generate`].
+#[derive(Debug, Default)]
+pub struct GenOutput {
+    /// Generated ids (identical on every rank thanks to the broadcast).
+    pub tokens: Vec<u32>,
+    /// Logits used to choose each token (rank 0, when requested).
+    pub logits: Vec<Vec<f32>>,
+    /// Prompt length.
+    pub prompt_tokens: usize,
+    /// Time to run the prompt through the model.
+    pub prefill: Duration,
+    /// Time from the first generated token to the last.
+    pub decode: Duration,
+}
+
+/// Runs prefill on `prompt` and then up to `opts.max_tokens` decode steps. Every rank must call
+/// this with the same prompt and options. Rank 0 samples; the token is broadcast so all ranks
+/// feed the same id even if their logits could differ in the last bit. `on_token` is called on
+/// rank 0 for each generated token, as soon as it is chosen (for streaming).
+pub fn generate(
+    model: &Model,
+    comm: &dyn Comm,
+    prompt: &[u32],
+    sampler: &mut Sampler,
+    opts: &GenOptions,
+    mut on_token: impl FnMut(u32),
+) -> anyhow::Result<GenOutput> {
+    anyhow::ensure!(!prompt.is_empty(), "empty prompt");
+    let root = comm.rank() == 0;
+    let mut cache = model.new_cache();
+    let mut out = GenOutput {
+        prompt_tokens: prompt.len(),
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    let mut logits = model.forward_batch(prompt, &mut cache, comm, root)?;
+    if opts.check_sync {
+        check_sync(comm, cache.fingerprint(), 0)?;
+    }
+    out.prefill = t0.elapsed();
+
+    let t1 = Instant::now();
+    for step in 0..opts.max_tokens {
+        let mut tok = [0u32];
+        if let Some(l) = &logits {
+            tok[0] = sampler.pick(l);
+            if opts.record_logits {
+                out.logits.push(l.clone());
+            }
+        }
+        comm.broadcast_u32(&mut tok, 0)?;
+        let tok = tok[0];
+        if Some(tok) == opts.stop_token {
+            break;
+        }
+        out.tokens.push(tok);
+        if root {
+            on_token(tok);
+        }
+        if step + 1 < opts.max_tokens {
+            logits = model.forward(tok, &mut cache, comm, root)?;
+            if opts.check_sync {
+                check_sync(comm, cache.fingerprint(), step + 1)?;
+            }
+        }
+    }
+    out.decode = t1.elapsed();
+    Ok(out)
+}

@@ -1,0 +1,545 @@
+//! A whole decoder layer's shard on the GPU: two round trips per layer per token.
+//!
+//! Attention segment: upload x → RMSNorm → q/k/v products → bias / q-k norm / RoPE → append K/V
+//! to the GPU cache → attention → o_proj → read back the partial. MLP segment: upload x →
+//! RMSNorm → gate/up → SiLU·up → down → read back. The host adds the residual and runs the
+//! all_sum between segments, so the GPU never waits on the network.
+
+use std::sync::{mpsc, Arc};
+
+use anyhow::{anyhow, ensure, Context};
+use wgpu::util::DeviceExt;
+
+use super::{GpuContext, GpuMat};
+
+/// WGSL of the per-layer kernels.
+pub const LAYER_WGSL: &str = include_str!("layer.wgsl");
+
+/// Host-side description of one layer's shard, for [`GpuLayer::new`].
+pub struct LayerSpec<'a> {
+    /// Hidden size.
+    pub hidden: usize,
+    /// Head width.
+    pub head_dim: usize,
+    /// Local query heads (0: this rank has no attention work).
+    pub n_q: usize,
+    /// Local KV heads.
+    pub n_kv: usize,
+    /// Longest sequence the GPU KV cache holds.
+    pub max_seq: usize,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// Adjacent-pair (GPT-J) instead of rotate-half RoPE.
+    pub interleaved: bool,
+    /// RoPE inverse frequencies (head_dim / 2).
+    pub inv_freq: &'a [f32],
+    /// Norm weights.
+    pub attn_norm: &'a [f32],
+    /// Norm weights.
+    pub ffn_norm: &'a [f32],
+    /// Optional q/k/v biases (Qwen2) and per-head q/k norms (Qwen3).
+    pub bq: Option<&'a [f32]>,
+    /// See `bq`.
+    pub bk: Option<&'a [f32]>,
+    /// See `bq`.
+    pub bv: Option<&'a [f32]>,
+    /// See `bq`.
+    pub q_norm: Option<&'a [f32]>,
+    /// See `bq`.
+    pub k_norm: Option<&'a [f32]>,
+    /// The layer's matrices, already uploaded.
+    pub wq: Option<Arc<GpuMat>>,
+    /// See `wq`.
+    pub wk: Option<Arc<GpuMat>>,
+    /// See `wq`.
+    pub wv: Option<Arc<GpuMat>>,
+    /// See `wq`.
+    pub wo: Option<Arc<GpuMat>>,
+    /// MLP matrices.
+    pub w_gate: Arc<GpuMat>,
+    /// See `w_gate`.
+    pub w_up: Arc<GpuMat>,
+    /// See `w_gate`.
+    pub w_down: Arc<GpuMat>,
+}
+
+struct Attn {
+    wq: Arc<GpuMat>,
+    wk: Arc<GpuMat>,
+    wv: Arc<GpuMat>,
+    wo: Arc<GpuMat>,
+    kcache: wgpu::Buffer,
+    vcache: wgpu::Buffer,
+    att: wgpu::Buffer,
+    p_qprep: wgpu::Buffer,
+    p_kprep: wgpu::Buffer,
+    p_vprep: wgpu::Buffer,
+    p_attn: wgpu::Buffer,
+    bg_qprep: wgpu::BindGroup,
+    bg_kprep: wgpu::BindGroup,
+    bg_vprep: Option<wgpu::BindGroup>,
+    bg_attn: wgpu::BindGroup,
+    q_flags: u32,
+    k_flags: u32,
+}
+
+/// One layer's shard resident on the GPU.
+pub struct GpuLayer {
+    ctx: Arc<GpuContext>,
+    hidden: usize,
+    head_dim: usize,
+    n_q: usize,
+    n_kv: usize,
+    max_seq: usize,
+    eps: f32,
+    group: usize,
+    x: wgpu::Buffer,
+    xn: wgpu::Buffer,
+    bg_norm_attn: wgpu::BindGroup,
+    bg_norm_ffn: wgpu::BindGroup,
+    bg_silu: wgpu::BindGroup,
+    attn: Option<Attn>,
+    w_gate: Arc<GpuMat>,
+    w_up: Arc<GpuMat>,
+    w_down: Arc<GpuMat>,
+}
+
+/// Pipelines and layout for the layer kernels (built once per device).
+pub struct LayerKernels {
+    layout: wgpu::BindGroupLayout,
+    rmsnorm: wgpu::ComputePipeline,
+    qk_prep: wgpu::ComputePipeline,
+    attention: wgpu::ComputePipeline,
+    silu_mul: wgpu::ComputePipeline,
+}
+
+impl LayerKernels {
+    /// Compiles the kernels on `ctx`'s device.
+    pub fn new(ctx: &GpuContext) -> Self {
+        let d = &ctx.device;
+        let module = d.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("layer"),
+            source: wgpu::ShaderSource::Wgsl(LAYER_WGSL.into()),
+        });
+        let entry = |binding, ty| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        use wgpu::BufferBindingType as B;
+        let layout = d.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("layer"),
+            entries: &[
+                entry(0, B::Storage { read_only: false }),
+                entry(1, B::Storage { read_only: true }),
+                entry(2, B::Storage { read_only: true }),
+                entry(3, B::Storage { read_only: false }),
+                entry(4, B::Uniform),
+            ],
+        });
+        let pl = d.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("layer"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let make = |name| {
+            d.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(name),
+                layout: Some(&pl),
+                module: &module,
+                entry_point: Some(name),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        Self {
+            rmsnorm: make("rmsnorm"),
+            qk_prep: make("qk_prep"),
+            attention: make("attention"),
+            silu_mul: make("silu_mul"),
+            layout,
+        }
+    }
+}
+
+/// Mirror of the WGSL `Params` uniform (field meanings depend on the kernel, see layer.wgsl).
+#[derive(Default, Clone, Copy)]
+struct Params {
+    n: u32,
+    heads: u32,
+    pos: u32,
+    flags: u32,
+    eps: f32,
+    scale: f32,
+    group: u32,
+    n_kv: u32,
+}
+
+impl Params {
+    fn bytes(self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        let words = [
+            self.n,
+            self.heads,
+            self.pos,
+            self.flags,
+            self.eps.to_bits(),
+            self.scale.to_bits(),
+            self.group,
+            self.n_kv,
+        ];
+        for (i, v) in words.into_iter().enumerate() {
+            b[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+}
+
+impl GpuLayer {
+    /// Builds the layer: uploads norms/biases, allocates the KV cache, makes the bind groups.
+    pub fn new(ctx: &Arc<GpuContext>, k: &LayerKernels, s: LayerSpec<'_>) -> anyhow::Result<Self> {
+        ensure!(
+            s.head_dim <= 256 && s.head_dim % 2 == 0,
+            "GPU attention needs an even head_dim <= 256"
+        );
+        let d = &ctx.device;
+        use wgpu::BufferUsages as U;
+        let init = |label, data: &[f32], usage| {
+            d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytemuck::cast_slice(if data.is_empty() { &[0f32][..] } else { data }),
+                usage,
+            })
+        };
+        let zeros = |label, n: usize, usage| {
+            d.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: (n.max(1) * 4) as u64,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let uni = |bytes: [u8; 32]| {
+            d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("params"),
+                contents: &bytes,
+                usage: U::UNIFORM | U::COPY_DST,
+            })
+        };
+        let bind = |a: &wgpu::Buffer,
+                    b: &wgpu::Buffer,
+                    c: &wgpu::Buffer,
+                    o: &wgpu::Buffer,
+                    p: &wgpu::Buffer| {
+            d.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("layer"),
+                layout: &k.layout,
+                entries: &[a, b, c, o, p]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, buf)| wgpu::BindGroupEntry {
+                        binding: i as u32,
+                        resource: buf.as_entire_binding(),
+                    })
+                    .collect::<Vec<_>>(),
+            })
+        };
+        let h = s.hidden;
+        let dummy = || zeros("dummy", 1, U::STORAGE);
+        let x = zeros("x", h, U::STORAGE | U::COPY_DST);
+        let xn = zeros("xn", h, U::STORAGE | U::COPY_SRC);
+        let an = init("attn_norm", s.attn_norm, U::STORAGE);
+        let fnw = init("ffn_norm", s.ffn_norm, U::STORAGE);
+        let p_norm = uni(Params {
+            n: h as u32,
+            eps: s.eps,
+            ..Default::default()
+        }
+        .bytes());
+        let bg_norm_attn = bind(&x, &an, &dummy(), &xn, &p_norm);
+        let bg_norm_ffn = bind(&x, &fnw, &dummy(), &xn, &p_norm);
+        let nf = s.w_gate.rows;
+        let p_silu = uni(Params {
+            n: nf as u32,
+            ..Default::default()
+        }
+        .bytes());
+        let bg_silu = bind(&s.w_gate.y, &s.w_up.y, &dummy(), &s.w_down.x, &p_silu);
+        let hd = s.head_dim;
+        let attn = match (s.wq, s.wk, s.wv, s.wo) {
+            (Some(wq), Some(wk), Some(wv), Some(wo)) if s.n_q > 0 => {
+                let kv_len = s.max_seq * s.n_kv * hd;
+                let kcache = zeros("kcache", kv_len, U::STORAGE | U::COPY_DST);
+                let vcache = zeros("vcache", kv_len, U::STORAGE | U::COPY_DST);
+                let att = zeros("att", s.n_q * hd, U::STORAGE | U::COPY_DST | U::COPY_SRC);
+                let scores = zeros("scores", s.n_q * s.max_seq, U::STORAGE);
+                let inv = |label| init(label, s.inv_freq, U::STORAGE);
+                let rope = 8 | if s.interleaved { 4 } else { 0 };
+                let q_flags =
+                    rope | u32::from(s.bq.is_some()) | if s.q_norm.is_some() { 2 } else { 0 };
+                let k_flags =
+                    rope | u32::from(s.bk.is_some()) | if s.k_norm.is_some() { 2 } else { 0 };
+                let buf_or = |label, v: Option<&[f32]>| match v {
+                    Some(v) => init(label, v, U::STORAGE),
+                    None => dummy(),
+                };
+                let p_qprep = uni([0; 32]);
+                let p_kprep = uni([0; 32]);
+                let p_vprep = uni(Params {
+                    n: hd as u32,
+                    flags: 1,
+                    eps: s.eps,
+                    ..Default::default()
+                }
+                .bytes());
+                let p_attn = uni([0; 32]);
+                let bg_qprep = bind(
+                    &wq.y,
+                    &buf_or("bq", s.bq),
+                    &buf_or("qn", s.q_norm),
+                    &inv("invq"),
+                    &p_qprep,
+                );
+                let bg_kprep = bind(
+                    &wk.y,
+                    &buf_or("bk", s.bk),
+                    &buf_or("kn", s.k_norm),
+                    &inv("invk"),
+                    &p_kprep,
+                );
+                let bg_vprep = s.bv.map(|bv| {
+                    bind(
+                        &wv.y,
+                        &init("bv", bv, U::STORAGE),
+                        &dummy(),
+                        &dummy_rw(d),
+                        &p_vprep,
+                    )
+                });
+                let bg_attn = bind(&scores, &kcache, &vcache, &att, &p_attn);
+                Some(Attn {
+                    wq,
+                    wk,
+                    wv,
+                    wo,
+                    kcache,
+                    vcache,
+                    att,
+                    p_qprep,
+                    p_kprep,
+                    p_vprep,
+                    p_attn,
+                    bg_qprep,
+                    bg_kprep,
+                    bg_vprep,
+                    bg_attn,
+                    q_flags,
+                    k_flags,
+                })
+            }
+            _ => None,
+        };
+        Ok(Self {
+            ctx: ctx.clone(),
+            hidden: h,
+            head_dim: hd,
+            n_q: s.n_q,
+            n_kv: s.n_kv,
+            max_seq: s.max_seq,
+            eps: s.eps,
+            group: s.n_q.checked_div(s.n_kv).unwrap_or(1),
+            x,
+            xn,
+            bg_norm_attn,
+            bg_norm_ffn,
+            bg_silu,
+            attn,
+            w_gate: s.w_gate,
+            w_up: s.w_up,
+            w_down: s.w_down,
+        })
+    }
+
+    /// Attention partial (`hidden` values, before all_sum) for the token whose residual is
+    /// `x`, at position `pos`; appends its K/V to the GPU cache. Zeros when this rank has no
+    /// heads.
+    pub fn attention(
+        &self,
+        k: &LayerKernels,
+        x: &[f32],
+        pos: usize,
+        out: &mut [f32],
+    ) -> anyhow::Result<()> {
+        let Some(a) = &self.attn else {
+            out.fill(0.0);
+            return Ok(());
+        };
+        ensure!(
+            pos < self.max_seq,
+            "GPU KV cache full ({} positions)",
+            self.max_seq
+        );
+        let (d, q) = (&self.ctx.device, &self.ctx.queue);
+        let hd = self.head_dim;
+        q.write_buffer(&self.x, 0, bytemuck::cast_slice(x));
+        q.write_buffer(
+            &a.p_qprep,
+            0,
+            &Params {
+                n: hd as u32,
+                pos: pos as u32,
+                flags: a.q_flags,
+                eps: self.eps,
+                ..Default::default()
+            }
+            .bytes(),
+        );
+        q.write_buffer(
+            &a.p_kprep,
+            0,
+            &Params {
+                n: hd as u32,
+                pos: pos as u32,
+                flags: a.k_flags,
+                eps: self.eps,
+                ..Default::default()
+            }
+            .bytes(),
+        );
+        let scale = 1.0 / (hd as f32).sqrt();
+        q.write_buffer(
+            &a.p_attn,
+            0,
+            &Params {
+                n: hd as u32,
+                heads: self.max_seq as u32,
+                pos: pos as u32 + 1,
+                scale,
+                group: self.group as u32,
+                n_kv: self.n_kv as u32,
+                ..Default::default()
+            }
+            .bytes(),
+        );
+        let _ = &a.p_vprep;
+        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        self.dispatch(&mut enc, &k.rmsnorm, &self.bg_norm_attn, 1);
+        let hb = (self.hidden * 4) as u64;
+        for m in [&a.wq, &a.wk, &a.wv] {
+            enc.copy_buffer_to_buffer(&self.xn, 0, &m.x, 0, hb);
+        }
+        self.matvecs(&mut enc, &[&a.wq, &a.wk, &a.wv]);
+        self.dispatch(&mut enc, &k.qk_prep, &a.bg_qprep, self.n_q as u32);
+        self.dispatch(&mut enc, &k.qk_prep, &a.bg_kprep, self.n_kv as u32);
+        if let Some(bg) = &a.bg_vprep {
+            self.dispatch(&mut enc, &k.qk_prep, bg, self.n_kv as u32);
+        }
+        let kvb = (self.n_kv * hd * 4) as u64;
+        enc.copy_buffer_to_buffer(&a.wk.y, 0, &a.kcache, pos as u64 * kvb, kvb);
+        enc.copy_buffer_to_buffer(&a.wv.y, 0, &a.vcache, pos as u64 * kvb, kvb);
+        enc.copy_buffer_to_buffer(&a.wq.y, 0, &a.att, 0, (self.n_q * hd * 4) as u64);
+        self.dispatch(&mut enc, &k.attention, &a.bg_attn, self.n_q as u32);
+        enc.copy_buffer_to_buffer(&a.att, 0, &a.wo.x, 0, (self.n_q * hd * 4) as u64);
+        self.matvecs(&mut enc, &[&a.wo]);
+        self.finish(enc, &a.wo, out)
+    }
+
+    /// MLP partial (`hidden` values, before all_sum) for the residual `x`.
+    pub fn mlp(&self, k: &LayerKernels, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
+        let (d, q) = (&self.ctx.device, &self.ctx.queue);
+        q.write_buffer(&self.x, 0, bytemuck::cast_slice(x));
+        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        self.dispatch(&mut enc, &k.rmsnorm, &self.bg_norm_ffn, 1);
+        let hb = (self.hidden * 4) as u64;
+        enc.copy_buffer_to_buffer(&self.xn, 0, &self.w_gate.x, 0, hb);
+        enc.copy_buffer_to_buffer(&self.xn, 0, &self.w_up.x, 0, hb);
+        self.matvecs(&mut enc, &[&self.w_gate, &self.w_up]);
+        self.dispatch(
+            &mut enc,
+            &k.silu_mul,
+            &self.bg_silu,
+            (self.w_gate.rows as u32).div_ceil(64),
+        );
+        self.matvecs(&mut enc, &[&self.w_down]);
+        self.finish(enc, &self.w_down, out)
+    }
+
+    fn dispatch(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        p: &wgpu::ComputePipeline,
+        bg: &wgpu::BindGroup,
+        n: u32,
+    ) {
+        if n == 0 {
+            return;
+        }
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(p);
+        pass.set_bind_group(0, bg, &[]);
+        pass.dispatch_workgroups(n, 1, 1);
+    }
+
+    fn matvecs(&self, enc: &mut wgpu::CommandEncoder, mats: &[&Arc<GpuMat>]) {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        for m in mats {
+            let pipeline = match (m.f16, &self.ctx.pipeline_f16) {
+                (true, Some(p)) => p,
+                _ => &self.ctx.pipeline,
+            };
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &m.bind, &[]);
+            pass.dispatch_workgroups(m.grid.0, m.grid.1, 1);
+        }
+    }
+
+    /// Submits, then reads `m`'s output back into `out`.
+    fn finish(
+        &self,
+        mut enc: wgpu::CommandEncoder,
+        m: &GpuMat,
+        out: &mut [f32],
+    ) -> anyhow::Result<()> {
+        let (d, q) = (&self.ctx.device, &self.ctx.queue);
+        enc.copy_buffer_to_buffer(&m.y, 0, &m.staging, 0, (m.rows * 4) as u64);
+        q.submit([enc.finish()]);
+        let slice = m.staging.slice(..);
+        let (tx, rx) = mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        d.poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| anyhow!("GPU poll failed: {e}"))?;
+        rx.recv()
+            .context("GPU map callback dropped")?
+            .map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
+        {
+            let data = slice
+                .get_mapped_range()
+                .map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
+            out.copy_from_slice(bytemuck::cast_slice(&data));
+        }
+        m.staging.unmap();
+        Ok(())
+    }
+}
+
+fn dummy_rw(d: &wgpu::Device) -> wgpu::Buffer {
+    d.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("dummy_rw"),
+        size: 4,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    })
+}

@@ -1,0 +1,358 @@
+//! GPU backend on `wgpu` (Vulkan on Linux, Metal on macOS) with WGSL kernels.
+//!
+//! Each decoder layer runs on the GPU in two segments ([`layer::GpuLayer`]): attention
+//! (RMSNorm, q/k/v, bias, q/k norm, RoPE, KV cache, attention, o_proj) and MLP (RMSNorm,
+//! gate/up, SiLU, down). Each segment is one submission and one read-back of the partial hidden
+//! vector; the host adds the residual and runs the all_sum in between, so collectives always see
+//! completed, host-visible results and the GPU never waits on the network (the contract from
+//! the research note). The output head is a plain [`GpuMat`] product on rank 0.
+
+use std::sync::{mpsc, Arc};
+
+use anyhow::{anyhow, Context};
+use wgpu::util::DeviceExt;
+
+pub mod layer;
+
+/// WGSL source of the f32 matvec kernel.
+pub const MATVEC_WGSL: &str = include_str!("matvec.wgsl");
+/// WGSL source of the f16-weight matvec kernel (needs the `shader-f16` feature).
+pub const MATVEC_F16_WGSL: &str = include_str!("matvec_f16.wgsl");
+
+/// Rows per grid row; keeps each dispatch dimension under the 65535 limit.
+const GRID_X: u32 = 32768;
+
+/// A device, its queue and the compiled kernels.
+pub struct GpuContext {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    pipeline: wgpu::ComputePipeline,
+    /// f16-weight pipeline, when the adapter supports `shader-f16`.
+    pipeline_f16: Option<wgpu::ComputePipeline>,
+    layout: wgpu::BindGroupLayout,
+    /// Human-readable adapter description.
+    pub adapter: String,
+}
+
+impl GpuContext {
+    /// Whether weights can be stored as f16 on this device.
+    pub fn supports_f16(&self) -> bool {
+        self.pipeline_f16.is_some()
+    }
+}
+
+impl GpuContext {
+    /// Opens the default adapter. `Ok(None)` when the machine has no usable adapter.
+    pub fn new() -> anyhow::Result<Option<Arc<Self>>> {
+        pollster::block_on(Self::new_async())
+    }
+
+    async fn new_async() -> anyhow::Result<Option<Arc<Self>>> {
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = match instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(a) => a,
+            Err(_) => return Ok(None),
+        };
+        let info = adapter.get_info();
+        // Ask for the adapter's own limits: the default 128 MiB binding limit would not hold
+        // larger embeddings on GPUs that allow more.
+        let f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("boltccl-llm"),
+                required_limits: adapter.limits(),
+                required_features: if f16 {
+                    wgpu::Features::SHADER_F16
+                } else {
+                    wgpu::Features::empty()
+                },
+                ..Default::default()
+            })
+            .await
+            .context("requesting the GPU device")?;
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("matvec"),
+            source: wgpu::ShaderSource::Wgsl(MATVEC_WGSL.into()),
+        });
+        let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("matvec"),
+            entries: &[
+                storage(0, true),
+                storage(1, true),
+                storage(2, false),
+                wgpu::BindGroupLayoutEntry {
+                    binding: 3,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
+            ],
+        });
+        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("matvec"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let make = |module: &wgpu::ShaderModule| {
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some("matvec"),
+                layout: Some(&pl),
+                module,
+                entry_point: Some("matvec"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        };
+        let pipeline = make(&module);
+        let pipeline_f16 = f16.then(|| {
+            make(&device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("matvec_f16"),
+                source: wgpu::ShaderSource::Wgsl(MATVEC_F16_WGSL.into()),
+            }))
+        });
+        Ok(Some(Arc::new(Self {
+            device,
+            queue,
+            pipeline,
+            pipeline_f16,
+            layout,
+            adapter: format!("{} ({:?}, {})", info.name, info.backend, info.driver),
+        })))
+    }
+}
+
+/// A weight matrix resident on the GPU, with its own input/output/staging buffers (a rank uses
+/// each matrix from one thread at a time, so per-matrix buffers need no locking).
+pub struct GpuMat {
+    ctx: Arc<GpuContext>,
+    rows: usize,
+    cols: usize,
+    x: wgpu::Buffer,
+    y: wgpu::Buffer,
+    staging: wgpu::Buffer,
+    bind: wgpu::BindGroup,
+    grid: (u32, u32),
+    f16: bool,
+}
+
+impl std::fmt::Debug for GpuMat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuMat[{}x{}]", self.rows, self.cols)
+    }
+}
+
+impl GpuMat {
+    /// Uploads a row-major `[rows, cols]` matrix as f32.
+    pub fn upload(ctx: &Arc<GpuContext>, rows: usize, cols: usize, data: &[f32]) -> Self {
+        Self::upload_as(ctx, rows, cols, data, false).expect("f32 upload cannot fail")
+    }
+
+    /// Uploads a row-major `[rows, cols]` matrix, as f16 when `f16` (rounding each weight to
+    /// the nearest half; products still accumulate in f32).
+    pub fn upload_as(
+        ctx: &Arc<GpuContext>,
+        rows: usize,
+        cols: usize,
+        data: &[f32],
+        f16: bool,
+    ) -> anyhow::Result<Self> {
+        assert!(rows > 0 && cols > 0, "empty matrices stay on the CPU");
+        anyhow::ensure!(
+            !f16 || ctx.supports_f16(),
+            "this GPU adapter lacks shader-f16; use f32 weights"
+        );
+        let d = &ctx.device;
+        let bytes: Vec<u8> = if f16 {
+            let mut b: Vec<u8> = data
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect();
+            b.resize(b.len().div_ceil(4) * 4, 0); // buffers are sized in 4-byte units
+            b
+        } else {
+            bytemuck::cast_slice(data).to_vec()
+        };
+        let w = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("weights"),
+            contents: &bytes,
+            usage: wgpu::BufferUsages::STORAGE,
+        });
+        let buf = |label, size: usize, usage| {
+            d.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: (size * 4) as u64,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        use wgpu::BufferUsages as U;
+        let x = buf("x", cols, U::STORAGE | U::COPY_DST);
+        let y = buf("y", rows, U::STORAGE | U::COPY_SRC);
+        let staging = buf("staging", rows, U::MAP_READ | U::COPY_DST);
+        let gx = (rows as u32).min(GRID_X);
+        let gy = (rows as u32).div_ceil(GRID_X);
+        let params = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("params"),
+            contents: bytemuck::cast_slice(&[rows as u32, cols as u32, gx, 0]),
+            usage: U::UNIFORM,
+        });
+        let bind = d.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("matvec"),
+            layout: &ctx.layout,
+            entries: &[
+                wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: w.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: x.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 2,
+                    resource: y.as_entire_binding(),
+                },
+                wgpu::BindGroupEntry {
+                    binding: 3,
+                    resource: params.as_entire_binding(),
+                },
+            ],
+        });
+        Ok(Self {
+            ctx: ctx.clone(),
+            rows,
+            cols,
+            x,
+            y,
+            staging,
+            bind,
+            grid: (gx, gy),
+            f16,
+        })
+    }
+
+    /// `out = W · x`, blocking until the result is back in host memory.
+    pub fn matvec(&self, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
+        matvec_many(&[self], x, &mut [out])
+    }
+}
+
+/// `outs[i] = mats[i] · x` for several matrices sharing one input (q/k/v, gate/up), in a single
+/// submission and a single wait: one GPU round trip instead of one per matrix.
+pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        mats.len() == outs.len(),
+        "matvec_many: {} matrices, {} outputs",
+        mats.len(),
+        outs.len()
+    );
+    let Some(first) = mats.first() else {
+        return Ok(());
+    };
+    let ctx = &first.ctx;
+    for (m, o) in mats.iter().zip(outs.iter()) {
+        anyhow::ensure!(
+            Arc::ptr_eq(&m.ctx, ctx),
+            "matrices live on different GPU devices"
+        );
+        anyhow::ensure!(
+            x.len() == m.cols && o.len() == m.rows,
+            "matvec shape mismatch"
+        );
+    }
+    let (d, q) = (&ctx.device, &ctx.queue);
+    for m in mats {
+        q.write_buffer(&m.x, 0, bytemuck::cast_slice(x));
+    }
+    let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+    {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        for m in mats {
+            let pipeline = match (m.f16, &ctx.pipeline_f16) {
+                (true, Some(p)) => p,
+                _ => &ctx.pipeline,
+            };
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &m.bind, &[]);
+            pass.dispatch_workgroups(m.grid.0, m.grid.1, 1);
+        }
+    }
+    for m in mats {
+        enc.copy_buffer_to_buffer(&m.y, 0, &m.staging, 0, (m.rows * 4) as u64);
+    }
+    q.submit([enc.finish()]);
+    let (tx, rx) = mpsc::channel();
+    for (i, m) in mats.iter().enumerate() {
+        let tx = tx.clone();
+        m.staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send((i, r));
+            });
+    }
+    drop(tx);
+    d.poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| anyhow!("GPU poll failed: {e}"))?;
+    for _ in 0..mats.len() {
+        let (_, r) = rx.recv().context("GPU map callback dropped")?;
+        r.map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
+    }
+    for (m, o) in mats.iter().zip(outs.iter_mut()) {
+        {
+            let data = m
+                .staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
+            o.copy_from_slice(bytemuck::cast_slice(&data));
+        }
+        m.staging.unmap();
+    }
+    Ok(())
+}
+
+/// Translates the WGSL kernels to Metal Shading Language with naga, the same translation wgpu
+/// performs on a Mac. Lets Linux CI check that every kernel is valid for the Metal backend.
+pub fn wgsl_to_msl(src: &str) -> anyhow::Result<String> {
+    let module =
+        naga::front::wgsl::parse_str(src).map_err(|e| anyhow!("{}", e.emit_to_string(src)))?;
+    // SHADER_FLOAT16 for the f16 kernel (wgpu enables it only when the device has it).
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::SHADER_FLOAT16,
+    )
+    .validate(&module)
+    .map_err(|e| anyhow!("WGSL validation: {e:?}"))?;
+    let (msl, _) = naga::back::msl::write_string(
+        &module,
+        &info,
+        &naga::back::msl::Options::default(),
+        &naga::back::msl::PipelineOptions::default(),
+    )
+    .map_err(|e| anyhow!("MSL output: {e:?}"))?;
+    Ok(msl)
+}

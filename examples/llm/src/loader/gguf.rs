@@ -1,0 +1,455 @@
+//! GGUF (version 2/3) reader for the `llama` architecture: metadata, tensor directory, and
+//! tensor data in F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 (see [`crate::quant`]).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::ops::Range;
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context};
+use memmap2::Mmap;
+
+use super::{names, Tensor, WeightSource};
+use crate::config::{ModelConfig, RopeStyle};
+use crate::quant::{dequantize, GgmlType, QuantRows};
+use crate::tokenizer::Tokenizer;
+
+/// A metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// Any unsigned integer type.
+    U64(u64),
+    /// Any signed integer type.
+    I64(i64),
+    /// f32 or f64.
+    F64(f64),
+    /// bool.
+    Bool(bool),
+    /// UTF-8 string.
+    Str(String),
+    /// Array of values.
+    Array(Vec<Value>),
+}
+
+impl Value {
+    /// Integer value, if this is a non-negative integer.
+    pub fn as_usize(&self) -> Option<usize> {
+        match *self {
+            Value::U64(v) => usize::try_from(v).ok(),
+            Value::I64(v) => usize::try_from(v).ok(),
+            _ => None,
+        }
+    }
+    /// Float value (integers convert).
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F64(v) => Some(v),
+            Value::U64(v) => Some(v as f64),
+            Value::I64(v) => Some(v as f64),
+            _ => None,
+        }
+    }
+    /// String value.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// Array value.
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// Directory entry for one tensor.
+#[derive(Debug, Clone)]
+pub struct TensorInfo {
+    /// Shape, outermost first (GGUF stores it innermost first; we reverse it).
+    pub shape: Vec<usize>,
+    /// Element encoding.
+    pub ty: GgmlType,
+    /// Byte offset from the start of the data section.
+    pub offset: usize,
+}
+
+/// Bounds-checked little-endian cursor over the file bytes.
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> anyhow::Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).context("offset overflow")?;
+        ensure!(
+            end <= self.b.len(),
+            "truncated GGUF file at byte {}",
+            self.pos
+        );
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> anyhow::Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> anyhow::Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into()?))
+    }
+    fn u32(&mut self) -> anyhow::Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into()?))
+    }
+    fn u64(&mut self) -> anyhow::Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into()?))
+    }
+    fn len(&mut self) -> anyhow::Result<usize> {
+        let n = self.u64()?;
+        // Every element takes at least one byte, so a count beyond the file size is corrupt;
+        // checking here stops a hostile header from triggering a huge allocation.
+        ensure!(n as usize <= self.b.len(), "implausible GGUF length {n}");
+        Ok(n as usize)
+    }
+    fn string(&mut self) -> anyhow::Result<String> {
+        let n = self.len()?;
+        Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
+    }
+    fn value(&mut self, ty: u32) -> anyhow::Result<Value> {
+        Ok(match ty {
+            0 => Value::U64(self.u8()? as u64),
+            1 => Value::I64(self.u8()? as i8 as i64),
+            2 => Value::U64(self.u16()? as u64),
+            3 => Value::I64(self.u16()? as i16 as i64),
+            4 => Value::U64(self.u32()? as u64),
+            5 => Value::I64(self.u32()? as i32 as i64),
+            6 => Value::F64(f32::from_bits(self.u32()?) as f64),
+            7 => Value::Bool(self.u8()? != 0),
+            8 => Value::Str(self.string()?),
+            9 => {
+                let et = self.u32()?;
+                let n = self.len()?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.value(et)?);
+                }
+                Value::Array(v)
+            }
+            10 => Value::U64(self.u64()?),
+            11 => Value::I64(self.u64()? as i64),
+            12 => Value::F64(f64::from_bits(self.u64()?)),
+            other => bail!("unknown GGUF metadata type {other}"),
+        })
+    }
+}
+
+/// A memory-mapped GGUF model.
+pub struct GgufModel {
+    map: Mmap,
+    data_start: usize,
+    /// All metadata key/values.
+    pub metadata: HashMap<String, Value>,
+    /// Tensor directory, by GGUF name (`blk.0.attn_q.weight`, ...).
+    pub tensors: HashMap<String, TensorInfo>,
+    config: ModelConfig,
+}
+
+/// Maps a Hugging Face tensor name to the llama.cpp GGUF name.
+pub fn gguf_name(hf: &str) -> Option<String> {
+    match hf {
+        names::EMBED => return Some("token_embd.weight".into()),
+        names::FINAL_NORM => return Some("output_norm.weight".into()),
+        names::LM_HEAD => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (idx, suffix) = rest.split_once('.')?;
+    let mapped = match suffix {
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        _ => return None,
+    };
+    Some(format!("blk.{idx}.{mapped}"))
+}
+
+impl GgufModel {
+    /// Maps and parses the file.
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let file = File::open(path)?;
+        // SAFETY: read-only mapping; we assume the file is not truncated while mapped.
+        let map = unsafe { Mmap::map(&file)? };
+        let mut r = Reader { b: &map, pos: 0 };
+        ensure!(r.take(4)? == b"GGUF", "not a GGUF file (bad magic)");
+        let version = r.u32()?;
+        ensure!(
+            version == 2 || version == 3,
+            "GGUF version {version} unsupported (need 2 or 3)"
+        );
+        let n_tensors = r.len()?;
+        let n_kv = r.len()?;
+        let mut metadata = HashMap::new();
+        for _ in 0..n_kv {
+            let k = r.string()?;
+            let ty = r.u32()?;
+            let v = r.value(ty).with_context(|| format!("metadata key {k}"))?;
+            metadata.insert(k, v);
+        }
+        let mut tensors = HashMap::new();
+        for _ in 0..n_tensors {
+            let name = r.string()?;
+            let nd = r.u32()? as usize;
+            ensure!(nd <= 4, "tensor {name}: {nd} dimensions");
+            let mut dims = Vec::with_capacity(nd);
+            for _ in 0..nd {
+                dims.push(r.u64()? as usize);
+            }
+            dims.reverse();
+            let ty = GgmlType::from_id(r.u32()?).with_context(|| format!("tensor {name}"))?;
+            let offset = r.u64()? as usize;
+            tensors.insert(
+                name,
+                TensorInfo {
+                    shape: dims,
+                    ty,
+                    offset,
+                },
+            );
+        }
+        let align = metadata
+            .get("general.alignment")
+            .and_then(Value::as_usize)
+            .unwrap_or(32);
+        ensure!(align > 0, "zero alignment");
+        let data_start = r.pos.div_ceil(align) * align;
+        // Validate every tensor's extent now, so later reads cannot go out of bounds.
+        for (name, t) in &tensors {
+            let n: usize = t.shape.iter().product();
+            let bytes =
+                t.ty.bytes_for(n)
+                    .with_context(|| format!("tensor {name}"))?;
+            let end = data_start + t.offset + bytes;
+            ensure!(end <= map.len(), "tensor {name} extends past end of file");
+        }
+        let config = config_from_metadata(&metadata, &tensors)?;
+        Ok(Self {
+            map,
+            data_start,
+            metadata,
+            tensors,
+            config,
+        })
+    }
+
+    fn info(&self, hf_name: &str) -> anyhow::Result<(&TensorInfo, String)> {
+        let g = gguf_name(hf_name).with_context(|| format!("no GGUF name for {hf_name}"))?;
+        let t = self
+            .tensors
+            .get(&g)
+            .with_context(|| format!("tensor {g} ({hf_name}) not in GGUF"))?;
+        Ok((t, g))
+    }
+
+    /// Builds the byte-level BPE tokenizer from `tokenizer.ggml.*` metadata, if present.
+    pub fn tokenizer(&self) -> anyhow::Result<Option<Tokenizer>> {
+        let Some(tokens) = self.metadata.get("tokenizer.ggml.tokens") else {
+            return Ok(None);
+        };
+        let model = self
+            .metadata
+            .get("tokenizer.ggml.model")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        ensure!(
+            model == "gpt2",
+            "tokenizer model {model:?} unsupported (only byte-level BPE 'gpt2')"
+        );
+        let tokens: Vec<String> = tokens
+            .as_array()
+            .context("tokenizer.ggml.tokens is not an array")?
+            .iter()
+            .map(|v| v.as_str().unwrap_or("").to_string())
+            .collect();
+        let merges: Vec<String> = self
+            .metadata
+            .get("tokenizer.ggml.merges")
+            .and_then(Value::as_array)
+            .context("byte-level BPE needs tokenizer.ggml.merges")?
+            .iter()
+            .map(|v| v.as_str().unwrap_or("").to_string())
+            .collect();
+        let types: Vec<u32> = self
+            .metadata
+            .get("tokenizer.ggml.token_type")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(|v| v.as_usize().unwrap_or(1) as u32).collect())
+            .unwrap_or_default();
+        let id = |k: &str| {
+            self.metadata
+                .get(k)
+                .and_then(Value::as_usize)
+                .map(|v| v as u32)
+        };
+        let tok = Tokenizer::from_parts(
+            tokens,
+            &merges,
+            &types,
+            id("tokenizer.ggml.bos_token_id"),
+            id("tokenizer.ggml.eos_token_id"),
+        )?;
+        // SmolLM's pre-tokenizer isolates each digit before the GPT-2 regex.
+        let pre = self
+            .metadata
+            .get("tokenizer.ggml.pre")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let mut tok = tok.with_digit_split(pre == "smollm");
+        // Byte-level BPE models mostly do not use a BOS token; follow the file when it says.
+        tok.add_bos = matches!(
+            self.metadata.get("tokenizer.ggml.add_bos_token"),
+            Some(Value::Bool(true))
+        );
+        Ok(Some(tok))
+    }
+
+    /// The Jinja chat template string, if the file has one.
+    pub fn chat_template(&self) -> Option<String> {
+        self.metadata
+            .get("tokenizer.chat_template")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    }
+
+    fn bytes(&self, t: &TensorInfo) -> &[u8] {
+        &self.map[self.data_start + t.offset..]
+    }
+}
+
+fn config_from_metadata(
+    md: &HashMap<String, Value>,
+    tensors: &HashMap<String, TensorInfo>,
+) -> anyhow::Result<ModelConfig> {
+    let arch = md
+        .get("general.architecture")
+        .and_then(Value::as_str)
+        .context("missing general.architecture")?;
+    // Only llama is verified end-to-end. Other families change the RoPE convention or add
+    // tensors, so refuse rather than produce plausible-looking garbage.
+    ensure!(
+        arch == "llama",
+        "GGUF architecture {arch:?} unsupported (only 'llama')"
+    );
+    let get = |k: &str| md.get(&format!("{arch}.{k}"));
+    let req = |k: &str| {
+        get(k)
+            .and_then(Value::as_usize)
+            .with_context(|| format!("missing/invalid {arch}.{k}"))
+    };
+    if let Some(t) = get("rope.scaling.type").and_then(Value::as_str) {
+        ensure!(
+            t == "none",
+            "RoPE scaling {t:?} is not supported by this example"
+        );
+    }
+    let hidden = req("embedding_length")?;
+    let heads = req("attention.head_count")?;
+    let kv_heads = get("attention.head_count_kv")
+        .and_then(Value::as_usize)
+        .unwrap_or(heads);
+    let embd = tensors
+        .get("token_embd.weight")
+        .context("missing token_embd.weight")?;
+    let vocab = get("vocab_size")
+        .and_then(Value::as_usize)
+        .unwrap_or(embd.shape[0]);
+    let head_dim = get("attention.key_length")
+        .and_then(Value::as_usize)
+        .or_else(|| get("rope.dimension_count").and_then(Value::as_usize))
+        .unwrap_or(hidden / heads.max(1));
+    let cfg = ModelConfig {
+        vocab_size: vocab,
+        hidden_size: hidden,
+        intermediate_size: req("feed_forward_length")?,
+        num_layers: req("block_count")?,
+        num_heads: heads,
+        num_kv_heads: kv_heads,
+        head_dim,
+        rms_eps: get("attention.layer_norm_rms_epsilon")
+            .and_then(Value::as_f64)
+            .unwrap_or(1e-5) as f32,
+        rope_theta: get("rope.freq_base")
+            .and_then(Value::as_f64)
+            .unwrap_or(10_000.0) as f32,
+        // llama.cpp's converter permutes Q/K rows so that adjacent-pair RoPE is correct.
+        rope_style: RopeStyle::Interleaved,
+        max_seq_len: get("context_length")
+            .and_then(Value::as_usize)
+            .unwrap_or(2048),
+        tie_embeddings: !tensors.contains_key("output.weight"),
+        qkv_bias: tensors.contains_key("blk.0.attn_q.bias"),
+        qk_norm: tensors.contains_key("blk.0.attn_q_norm.weight"),
+    };
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+impl WeightSource for GgufModel {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+    fn contains(&self, name: &str) -> bool {
+        gguf_name(name).is_some_and(|g| self.tensors.contains_key(&g))
+    }
+    fn tensor(&self, name: &str) -> anyhow::Result<Tensor> {
+        let (t, g) = self.info(name)?;
+        let n: usize = t.shape.iter().product();
+        let mut data = vec![0f32; n];
+        dequantize(t.ty, self.bytes(t), &mut data).with_context(|| format!("tensor {g}"))?;
+        Ok(Tensor {
+            shape: t.shape.clone(),
+            data,
+        })
+    }
+    fn tensor_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Tensor> {
+        let (t, g) = self.info(name)?;
+        ensure!(
+            t.shape.len() == 2,
+            "{g}: row slice of a {}-D tensor",
+            t.shape.len()
+        );
+        ensure!(r.end <= t.shape[0], "{g}: rows {r:?} out of {}", t.shape[0]);
+        let cols = t.shape[1];
+        // Rows are stored contiguously and whole blocks never straddle rows.
+        let row_bytes = t.ty.bytes_for(cols)?;
+        let src = &self.bytes(t)[r.start * row_bytes..];
+        let mut data = vec![0f32; r.len() * cols];
+        dequantize(t.ty, src, &mut data).with_context(|| format!("tensor {g}"))?;
+        Ok(Tensor {
+            shape: vec![r.len(), cols],
+            data,
+        })
+    }
+    fn quant_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Option<QuantRows>> {
+        let (t, g) = self.info(name)?;
+        if t.shape.len() != 2 || !matches!(t.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) {
+            return Ok(None);
+        }
+        ensure!(r.end <= t.shape[0], "{g}: rows {r:?} out of {}", t.shape[0]);
+        let row_bytes = t.ty.bytes_for(t.shape[1])?;
+        let src = &self.bytes(t)[r.start * row_bytes..r.end * row_bytes];
+        Ok(Some(QuantRows::new(t.ty, t.shape[1], src.to_vec())?))
+    }
+}

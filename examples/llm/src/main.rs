@@ -1,0 +1,269 @@
+//! `boltccl-llm`: tensor-parallel decode of a Llama-family model, streaming from rank 0.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+
+use boltccl_llm::comm::{Comm, SingleRank, TimedComm};
+use boltccl_llm::generate::{generate, GenOptions, GenOutput};
+use boltccl_llm::loader::{self, Checkpoint};
+use boltccl_llm::model::{LoadOptions, Model};
+use boltccl_llm::sample::Sampler;
+use boltccl_llm::shard::ShardPlan;
+use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Backend {
+    Cpu,
+    Gpu,
+}
+
+/// Tensor-parallel LLM decode over boltccl's all_sum.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Model: a .gguf file, or a directory with config.json + *.safetensors.
+    #[arg(long)]
+    model: PathBuf,
+    /// User prompt (wrapped in the model's chat template when it has a ChatML one).
+    #[arg(
+        long,
+        default_value = "What is the capital of France? Answer in one sentence."
+    )]
+    prompt: String,
+    /// Optional system message for the chat template.
+    #[arg(long)]
+    system: Option<String>,
+    /// Feed the prompt verbatim, without the chat template.
+    #[arg(long)]
+    raw: bool,
+    /// Prompt as comma-separated token ids (for checkpoints without a tokenizer, e.g.
+    /// safetensors); generated ids are then printed as numbers.
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
+    /// Maximum number of new tokens.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Compute backend.
+    #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+    backend: Backend,
+    /// With --backend gpu: store weights as f16 on the GPU (half the memory and traffic).
+    #[arg(long)]
+    gpu_f16: bool,
+    /// Sampling temperature; 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus sampling mass (with --temperature > 0).
+    #[arg(long, default_value_t = 0.9)]
+    top_p: f32,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write rank 0's logits after the prompt (little-endian f32, vocab entries) to this file,
+    /// for cross-checks such as tools/reference_logits.py.
+    #[arg(long)]
+    dump_logits: Option<PathBuf>,
+    /// Verify after every step that all ranks hold bit-identical replicated state.
+    #[arg(long)]
+    check_sync: bool,
+    /// Keep Q8_0/Q4_0/Q4_1 GGUF weights quantised in memory (4-8x smaller; multiplied block by
+    /// block) instead of expanding them to f32 at load.
+    #[arg(long)]
+    keep_quantized: bool,
+    /// Run N ranks as threads in this process (in-process stand-in for a boltccl group). With
+    /// the `boltccl` feature, setting BOLTCCL_WORLD_SIZE etc. makes this process one rank of a
+    /// real multi-process group instead.
+    #[arg(long, default_value_t = 1)]
+    local_ranks: usize,
+}
+
+fn prompt_ids<'a>(
+    ck: &'a Checkpoint,
+    args: &Args,
+) -> anyhow::Result<(Vec<u32>, Option<&'a Tokenizer>)> {
+    if let Some(ids) = &args.prompt_ids {
+        return Ok((ids.clone(), ck.tokenizer.as_ref()));
+    }
+    let tok = ck
+        .tokenizer
+        .as_ref()
+        .context("this checkpoint has no tokenizer: use a GGUF file, or pass --prompt-ids 1,2,3")?;
+    let text = match (&ck.chat_template, args.raw) {
+        (Some(t), false) => Tokenizer::chatml_prompt(t, args.system.as_deref(), &args.prompt)
+            .unwrap_or_else(|| args.prompt.clone()),
+        _ => args.prompt.clone(),
+    };
+    let mut ids = Vec::new();
+    if tok.add_bos {
+        ids.extend(tok.bos);
+    }
+    ids.extend(tok.encode(&text, true)?);
+    Ok((ids, Some(tok)))
+}
+
+/// The GPU device shared by all in-process ranks, when `--backend gpu`.
+#[cfg(feature = "gpu")]
+type Gpu = Option<std::sync::Arc<boltccl_llm::gpu::GpuContext>>;
+/// Without the `gpu` feature there is never a device.
+#[cfg(not(feature = "gpu"))]
+type Gpu = Option<std::convert::Infallible>;
+
+fn open_gpu(backend: Backend) -> anyhow::Result<Gpu> {
+    match backend {
+        Backend::Cpu => Ok(None),
+        #[cfg(feature = "gpu")]
+        Backend::Gpu => {
+            let ctx = boltccl_llm::gpu::GpuContext::new()?
+                .context("no GPU adapter found (on Linux: apt-get install mesa-vulkan-drivers)")?;
+            eprintln!("GPU: {}", ctx.adapter);
+            Ok(Some(ctx))
+        }
+        #[cfg(not(feature = "gpu"))]
+        Backend::Gpu => anyhow::bail!(
+            "this binary was built without the `gpu` feature; rebuild with --features gpu"
+        ),
+    }
+}
+
+/// One rank's whole run: load its shard, generate, report.
+fn run_rank(
+    ck: &Checkpoint,
+    comm: &TimedComm<impl Comm>,
+    ids: &[u32],
+    tok: Option<&Tokenizer>,
+    args: &Args,
+    gpu: &Gpu,
+) -> anyhow::Result<GenOutput> {
+    let t = Instant::now();
+    let plan = ShardPlan::new(ck.weights.config(), comm.rank(), comm.size())?;
+    let opts = LoadOptions {
+        keep_quantized: args.keep_quantized,
+    };
+    #[allow(unused_mut)] // mutated only by the GPU upload
+    let mut model = Model::load_with(ck.weights.as_ref(), plan, opts)?;
+    #[cfg(feature = "gpu")]
+    if let Some(ctx) = gpu {
+        model.upload_to_gpu(ctx, args.gpu_f16)?;
+    }
+    #[cfg(not(feature = "gpu"))]
+    let _ = gpu;
+    if comm.rank() == 0 {
+        eprintln!(
+            "[rank 0] loaded shard in {:.2}s (kv heads {:?}, q heads {:?}, ffn {:?} of {})",
+            t.elapsed().as_secs_f64(),
+            model.plan.kv_heads,
+            model.plan.q_heads,
+            model.plan.ffn,
+            model.cfg.intermediate_size
+        );
+    }
+    let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
+    let opts = GenOptions {
+        max_tokens: args.max_tokens,
+        stop_token: tok.and_then(|t| t.eos),
+        record_logits: args.dump_logits.is_some(),
+        check_sync: args.check_sync,
+    };
+    let mut dec = StreamDecoder::default();
+    let mut stdout = std::io::stdout();
+    let out = generate(&model, comm, ids, &mut sampler, &opts, |id| {
+        let _ = match tok {
+            Some(t) => write!(stdout, "{}", dec.push(t, id)),
+            None => write!(stdout, "{id} "),
+        };
+        let _ = stdout.flush();
+    })?;
+    if let (Some(path), Some(first)) = (&args.dump_logits, out.logits.first()) {
+        let bytes: Vec<u8> = first.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(out)
+}
+
+fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) {
+    let (ar, calls) = comm.all_sum_stats();
+    let total = out.prefill + out.decode;
+    let n_dec = out.tokens.len().saturating_sub(1);
+    println!();
+    eprintln!(
+        "prefill: {} tokens in {:.3}s = {:.2} tok/s",
+        out.prompt_tokens,
+        out.prefill.as_secs_f64(),
+        out.prompt_tokens as f64 / out.prefill.as_secs_f64()
+    );
+    // The first generated token comes from the prefill logits, so decode rate counts the
+    // forward passes made after it.
+    eprintln!(
+        "decode:  {} tokens in {:.3}s = {:.2} tok/s",
+        n_dec,
+        out.decode.as_secs_f64(),
+        n_dec as f64 / out.decode.as_secs_f64().max(1e-9)
+    );
+    eprintln!(
+        "all_sum: {} calls, {:.3}s = {:.1}% of prefill+decode time (rank 0, world size {}; \
+         includes waiting for slower ranks)",
+        calls,
+        ar.as_secs_f64(),
+        100.0 * ar.as_secs_f64() / total.as_secs_f64().max(1e-9),
+        comm.size()
+    );
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let gpu = open_gpu(args.backend)?;
+    anyhow::ensure!(args.local_ranks >= 1, "--local-ranks must be at least 1");
+    let ck = loader::open(&args.model)?;
+    let (ids, tok) = prompt_ids(&ck, &args)?;
+    eprintln!(
+        "model: {:?}\nprompt: {} tokens, world size {}",
+        ck.weights.config(),
+        ids.len(),
+        args.local_ranks
+    );
+    // A process launched as one rank of a boltccl group (e.g. by `boltccl launch`).
+        if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
+        anyhow::ensure!(
+            args.local_ranks == 1,
+            "--local-ranks cannot be combined with a boltccl group"
+        );
+        let comm = TimedComm::new(boltccl::init().context("joining the boltccl group")?);
+        let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
+        if comm.rank() == 0 {
+            report(&out, &comm);
+        }
+        return Ok(());
+    }
+    if args.local_ranks == 1 {
+        let comm = TimedComm::new(SingleRank);
+        let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
+        report(&out, &comm);
+        return Ok(());
+    }
+    let world = boltccl::Group::local_world(args.local_ranks);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = world
+            .into_iter()
+            .map(|c| {
+                let (ck, ids, args, gpu) = (&ck, &ids, &args, &gpu);
+                s.spawn(move || {
+                    let comm = TimedComm::new(c);
+                    let r = run_rank(ck, &comm, ids, tok, args, gpu);
+                    if let Ok(out) = &r {
+                        if comm.rank() == 0 {
+                            report(out, &comm);
+                        }
+                    }
+                    r.map(|_| ())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("rank thread panicked")?;
+        }
+        Ok(())
+    })
+}

