@@ -74,18 +74,11 @@ pub struct TimedComm<C> {
 impl<C: Comm> TimedComm<C> {
     /// Wraps `inner`.
     pub fn new(inner: C) -> Self {
-        Self {
-            inner,
-            all_sum_time: Mutex::new(Duration::ZERO),
-            all_sum_calls: Mutex::new(0),
-        }
+        Self { inner, all_sum_time: Mutex::new(Duration::ZERO), all_sum_calls: Mutex::new(0) }
     }
     /// Total time spent in `all_sum` so far, and the number of calls.
     pub fn all_sum_stats(&self) -> (Duration, u64) {
-        (
-            *self.all_sum_time.lock().unwrap(),
-            *self.all_sum_calls.lock().unwrap(),
-        )
+        (*self.all_sum_time.lock().unwrap(), *self.all_sum_calls.lock().unwrap())
     }
 }
 

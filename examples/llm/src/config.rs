@@ -56,10 +56,7 @@ impl ModelConfig {
             self.num_kv_heads
         );
         anyhow::ensure!(self.head_dim % 2 == 0, "RoPE needs an even head_dim");
-        anyhow::ensure!(
-            self.hidden_size > 0 && self.intermediate_size > 0,
-            "zero width"
-        );
+        anyhow::ensure!(self.hidden_size > 0 && self.intermediate_size > 0, "zero width");
         anyhow::ensure!(self.num_layers > 0 && self.vocab_size > 0, "empty model");
         Ok(())
     }

@@ -63,10 +63,7 @@ pub fn generate(
     anyhow::ensure!(!prompt.is_empty(), "empty prompt");
     let root = comm.rank() == 0;
     let mut cache = model.new_cache();
-    let mut out = GenOutput {
-        prompt_tokens: prompt.len(),
-        ..Default::default()
-    };
+    let mut out = GenOutput { prompt_tokens: prompt.len(), ..Default::default() };
     let t0 = Instant::now();
     let mut logits = model.forward_batch(prompt, &mut cache, comm, root)?;
     if opts.check_sync {

@@ -29,10 +29,7 @@ struct Args {
     #[arg(long)]
     model: PathBuf,
     /// User prompt (wrapped in the model's chat template when it has a ChatML one).
-    #[arg(
-        long,
-        default_value = "What is the capital of France? Answer in one sentence."
-    )]
+    #[arg(long, default_value = "What is the capital of France? Answer in one sentence.")]
     prompt: String,
     /// Optional system message for the chat template.
     #[arg(long)]
@@ -80,10 +77,7 @@ struct Args {
     local_ranks: usize,
 }
 
-fn prompt_ids<'a>(
-    ck: &'a Checkpoint,
-    args: &Args,
-) -> anyhow::Result<(Vec<u32>, Option<&'a Tokenizer>)> {
+fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, Option<&'a Tokenizer>)> {
     if let Some(ids) = &args.prompt_ids {
         return Ok((ids.clone(), ck.tokenizer.as_ref()));
     }
@@ -92,8 +86,9 @@ fn prompt_ids<'a>(
         .as_ref()
         .context("this checkpoint has no tokenizer: use a GGUF file, or pass --prompt-ids 1,2,3")?;
     let text = match (&ck.chat_template, args.raw) {
-        (Some(t), false) => Tokenizer::chatml_prompt(t, args.system.as_deref(), &args.prompt)
-            .unwrap_or_else(|| args.prompt.clone()),
+        (Some(t), false) => {
+            Tokenizer::chatml_prompt(t, args.system.as_deref(), &args.prompt).unwrap_or_else(|| args.prompt.clone())
+        }
         _ => args.prompt.clone(),
     };
     let mut ids = Vec::new();
@@ -122,9 +117,7 @@ fn open_gpu(backend: Backend) -> anyhow::Result<Gpu> {
             Ok(Some(ctx))
         }
         #[cfg(not(feature = "gpu"))]
-        Backend::Gpu => anyhow::bail!(
-            "this binary was built without the `gpu` feature; rebuild with --features gpu"
-        ),
+        Backend::Gpu => anyhow::bail!("this binary was built without the `gpu` feature; rebuild with --features gpu"),
     }
 }
 
@@ -139,9 +132,7 @@ fn run_rank(
 ) -> anyhow::Result<GenOutput> {
     let t = Instant::now();
     let plan = ShardPlan::new(ck.weights.config(), comm.rank(), comm.size())?;
-    let opts = LoadOptions {
-        keep_quantized: args.keep_quantized,
-    };
+    let opts = LoadOptions { keep_quantized: args.keep_quantized };
     #[allow(unused_mut)] // mutated only by the GPU upload
     let mut model = Model::load_with(ck.weights.as_ref(), plan, opts)?;
     #[cfg(feature = "gpu")]
@@ -218,18 +209,10 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.local_ranks >= 1, "--local-ranks must be at least 1");
     let ck = loader::open(&args.model)?;
     let (ids, tok) = prompt_ids(&ck, &args)?;
-    eprintln!(
-        "model: {:?}\nprompt: {} tokens, world size {}",
-        ck.weights.config(),
-        ids.len(),
-        args.local_ranks
-    );
+    eprintln!("model: {:?}\nprompt: {} tokens, world size {}", ck.weights.config(), ids.len(), args.local_ranks);
     // A process launched as one rank of a boltccl group (e.g. by `boltccl launch`).
-        if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
-        anyhow::ensure!(
-            args.local_ranks == 1,
-            "--local-ranks cannot be combined with a boltccl group"
-        );
+    if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
+        anyhow::ensure!(args.local_ranks == 1, "--local-ranks cannot be combined with a boltccl group");
         let comm = TimedComm::new(boltccl::init().context("joining the boltccl group")?);
         let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
         if comm.rank() == 0 {

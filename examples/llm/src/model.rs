@@ -77,27 +77,16 @@ pub struct Model {
     inv_freq: Vec<f32>,
     /// Whole layers on the GPU (two round trips per layer), after `upload_to_gpu`.
     #[cfg(feature = "gpu")]
-    gpu_layers: Option<(
-        crate::gpu::layer::LayerKernels,
-        Vec<crate::gpu::layer::GpuLayer>,
-    )>,
+    gpu_layers: Option<(crate::gpu::layer::LayerKernels, Vec<crate::gpu::layer::GpuLayer>)>,
 }
 
 fn vector(src: &dyn WeightSource, name: &str, len: usize) -> anyhow::Result<Vec<f32>> {
     let t = src.tensor(name)?;
-    ensure!(
-        t.data.len() == len,
-        "{name}: expected {len} elements, got {}",
-        t.data.len()
-    );
+    ensure!(t.data.len() == len, "{name}: expected {len} elements, got {}", t.data.len());
     Ok(t.data)
 }
 
-fn optional_slice(
-    src: &dyn WeightSource,
-    name: &str,
-    r: std::ops::Range<usize>,
-) -> anyhow::Result<Option<Vec<f32>>> {
+fn optional_slice(src: &dyn WeightSource, name: &str, r: std::ops::Range<usize>) -> anyhow::Result<Option<Vec<f32>>> {
     if !src.contains(name) {
         return Ok(None);
     }
@@ -130,20 +119,12 @@ fn rows(
     }
     if opts.keep_quantized {
         if let Some(q) = src.quant_rows(name, r.clone())? {
-            ensure!(
-                q.cols == cols,
-                "{name}: expected {cols} columns, got {}",
-                q.cols
-            );
+            ensure!(q.cols == cols, "{name}: expected {cols} columns, got {}", q.cols);
             return Ok(Mat::quantized(q));
         }
     }
     let t = src.tensor_rows(name, r)?;
-    ensure!(
-        t.cols() == cols,
-        "{name}: expected {cols} columns, got {}",
-        t.cols()
-    );
+    ensure!(t.cols() == cols, "{name}: expected {cols} columns, got {}", t.cols());
     Ok(Mat::new(n, cols, t.data))
 }
 
@@ -167,16 +148,8 @@ fn cols(
         }
     }
     let t = src.tensor(name)?;
-    ensure!(
-        t.rows() == nrows,
-        "{name}: expected {nrows} rows, got {}",
-        t.rows()
-    );
-    ensure!(
-        c.end <= t.cols(),
-        "{name}: columns {c:?} out of {}",
-        t.cols()
-    );
+    ensure!(t.rows() == nrows, "{name}: expected {nrows} rows, got {}", t.rows());
+    ensure!(c.end <= t.cols(), "{name}: columns {c:?} out of {}", t.cols());
     let s = t.slice_cols(c.clone());
     Ok(Mat::new(nrows, c.len(), s.data))
 }
@@ -191,21 +164,13 @@ impl Model {
     }
 
     /// [`Model::load`] with explicit storage options.
-    pub fn load_with(
-        src: &dyn WeightSource,
-        plan: ShardPlan,
-        opts: LoadOptions,
-    ) -> anyhow::Result<Self> {
+    pub fn load_with(src: &dyn WeightSource, plan: ShardPlan, opts: LoadOptions) -> anyhow::Result<Self> {
         let cfg = src.config().clone();
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-        let embed = rows(src, names::EMBED, 0..cfg.vocab_size, h, opts)
-            .context("embedding (vocab x hidden)")?;
+        let embed = rows(src, names::EMBED, 0..cfg.vocab_size, h, opts).context("embedding (vocab x hidden)")?;
         let tied = cfg.tie_embeddings || !src.contains(names::LM_HEAD);
-        let lm_head = if !tied && plan.rank == 0 {
-            Some(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h, opts)?)
-        } else {
-            None
-        };
+        let lm_head =
+            if !tied && plan.rank == 0 { Some(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h, opts)?) } else { None };
         let q_rows = plan.q_heads.start * hd..plan.q_heads.end * hd;
         let kv_rows = plan.kv_heads.start * hd..plan.kv_heads.end * hd;
         let mut layers = Vec::with_capacity(cfg.num_layers);
@@ -227,10 +192,7 @@ impl Model {
                 w_up: rows(src, &n("mlp.up_proj.weight"), plan.ffn.clone(), h, opts)?,
                 w_down: cols(src, &n("mlp.down_proj.weight"), plan.ffn.clone(), h, opts)?,
             };
-            ensure!(
-                cfg.qkv_bias == layer.bq.is_some(),
-                "layer {i}: q/k/v bias presence does not match the config"
-            );
+            ensure!(cfg.qkv_bias == layer.bq.is_some(), "layer {i}: q/k/v bias presence does not match the config");
             ensure!(
                 cfg.qk_norm == layer.q_norm.is_some() && cfg.qk_norm == layer.k_norm.is_some(),
                 "layer {i}: q/k norm presence does not match the config"
@@ -253,21 +215,9 @@ impl Model {
 
     /// Moves every weight matrix this rank multiplies with onto the GPU, as f16 when `f16`.
     #[cfg(feature = "gpu")]
-    pub fn upload_to_gpu(
-        &mut self,
-        ctx: &std::sync::Arc<crate::gpu::GpuContext>,
-        f16: bool,
-    ) -> anyhow::Result<()> {
+    pub fn upload_to_gpu(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>, f16: bool) -> anyhow::Result<()> {
         for l in &mut self.layers {
-            for m in [
-                &mut l.wq,
-                &mut l.wk,
-                &mut l.wv,
-                &mut l.wo,
-                &mut l.w_gate,
-                &mut l.w_up,
-                &mut l.w_down,
-            ] {
+            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
                 m.upload(ctx, f16)?;
             }
         }
@@ -320,30 +270,20 @@ impl Model {
 
     /// Decode on the GPU layers: token by token, two round trips and two all_sums per layer.
     #[cfg(feature = "gpu")]
-    fn forward_gpu(
-        &self,
-        tokens: &[u32],
-        cache: &mut KvCache,
-        comm: &dyn Comm,
-    ) -> anyhow::Result<Vec<f32>> {
+    fn forward_gpu(&self, tokens: &[u32], cache: &mut KvCache, comm: &dyn Comm) -> anyhow::Result<Vec<f32>> {
         let (kernels, gl) = self.gpu_layers.as_ref().expect("checked by caller");
         let h = self.cfg.hidden_size;
         let mut x = vec![0f32; h];
         let mut part = vec![0f32; h];
         for &tok in tokens {
-            ensure!(
-                (tok as usize) < self.cfg.vocab_size,
-                "token {tok} out of vocabulary"
-            );
+            ensure!((tok as usize) < self.cfg.vocab_size, "token {tok} out of vocabulary");
             self.embed.row_into(tok as usize, &mut x);
             for (li, l) in gl.iter().enumerate() {
                 l.attention(kernels, &x, cache.len, &mut part)?;
-                comm.all_sum(&mut part)
-                    .with_context(|| format!("all_sum after attention, layer {li}"))?;
+                comm.all_sum(&mut part).with_context(|| format!("all_sum after attention, layer {li}"))?;
                 x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
                 l.mlp(kernels, &x, &mut part)?;
-                comm.all_sum(&mut part)
-                    .with_context(|| format!("all_sum after MLP, layer {li}"))?;
+                comm.all_sum(&mut part).with_context(|| format!("all_sum after MLP, layer {li}"))?;
                 x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
             }
             cache.len += 1;
@@ -388,11 +328,7 @@ impl Model {
         let t = tokens.len();
         ensure!(t > 0, "forward on no tokens");
         let pos0 = cache.len;
-        ensure!(
-            pos0 + t <= cfg.max_seq_len,
-            "context full ({} tokens)",
-            cfg.max_seq_len
-        );
+        ensure!(pos0 + t <= cfg.max_seq_len, "context full ({} tokens)", cfg.max_seq_len);
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         #[cfg(feature = "gpu")]
         if self.gpu_layers.is_some() {
@@ -406,10 +342,7 @@ impl Model {
 
         let mut x = vec![0f32; t * h];
         for (&tok, xr) in tokens.iter().zip(x.chunks_exact_mut(h)) {
-            ensure!(
-                (tok as usize) < cfg.vocab_size,
-                "token {tok} out of vocabulary"
-            );
+            ensure!((tok as usize) < cfg.vocab_size, "token {tok} out of vocabulary");
             self.embed.row_into(tok as usize, xr);
         }
         let mut xn = vec![0f32; t * h];
@@ -428,12 +361,7 @@ impl Model {
                 rmsnorm(xr, &l.attn_norm, cfg.rms_eps, nr);
             }
             if n_q > 0 {
-                matmul_many(
-                    &[&l.wq, &l.wk, &l.wv],
-                    &xn,
-                    t,
-                    &mut [&mut q, &mut k, &mut v],
-                )?;
+                matmul_many(&[&l.wq, &l.wk, &l.wv], &xn, t, &mut [&mut q, &mut k, &mut v])?;
                 for (y, b) in [(&mut q, &l.bq), (&mut k, &l.bk), (&mut v, &l.bv)] {
                     if let Some(b) = b {
                         for row in y.chunks_exact_mut(b.len()) {
@@ -455,33 +383,29 @@ impl Model {
                 cache.k[li].extend_from_slice(&k);
                 cache.v[li].extend_from_slice(&v);
                 let (kc, vc) = (&cache.k[li], &cache.v[li]);
-                att.par_chunks_mut(hd)
-                    .zip(q.par_chunks(hd))
-                    .enumerate()
-                    .for_each(|(i, (out, qv))| {
-                        let (tok, qh) = (i / n_q, i % n_q);
-                        let kvh = qh / group; // local KV head serving local query head qh
-                        let seq = pos0 + tok + 1; // causal: up to and including this token
-                        let mut scores: Vec<f32> = (0..seq)
-                            .map(|p| {
-                                let kv = &kc[(p * n_kv + kvh) * hd..][..hd];
-                                crate::ops::dot(qv, kv) * scale
-                            })
-                            .collect();
-                        softmax(&mut scores);
-                        out.fill(0.0);
-                        for (p, &s) in scores.iter().enumerate() {
-                            let vv = &vc[(p * n_kv + kvh) * hd..][..hd];
-                            out.iter_mut().zip(vv).for_each(|(o, &vi)| *o += s * vi);
-                        }
-                    });
+                att.par_chunks_mut(hd).zip(q.par_chunks(hd)).enumerate().for_each(|(i, (out, qv))| {
+                    let (tok, qh) = (i / n_q, i % n_q);
+                    let kvh = qh / group; // local KV head serving local query head qh
+                    let seq = pos0 + tok + 1; // causal: up to and including this token
+                    let mut scores: Vec<f32> = (0..seq)
+                        .map(|p| {
+                            let kv = &kc[(p * n_kv + kvh) * hd..][..hd];
+                            crate::ops::dot(qv, kv) * scale
+                        })
+                        .collect();
+                    softmax(&mut scores);
+                    out.fill(0.0);
+                    for (p, &s) in scores.iter().enumerate() {
+                        let vv = &vc[(p * n_kv + kvh) * hd..][..hd];
+                        out.iter_mut().zip(vv).for_each(|(o, &vi)| *o += s * vi);
+                    }
+                });
                 matmul_many(&[&l.wo], &att, t, &mut [&mut part])?;
             } else {
                 // No heads here (more ranks than KV heads): contribute zeros to the sum.
                 part.fill(0.0);
             }
-            comm.all_sum(&mut part)
-                .with_context(|| format!("all_sum after attention, layer {li}"))?;
+            comm.all_sum(&mut part).with_context(|| format!("all_sum after attention, layer {li}"))?;
             x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
 
             // ---- SwiGLU MLP on this rank's features ----
@@ -489,12 +413,9 @@ impl Model {
                 rmsnorm(xr, &l.ffn_norm, cfg.rms_eps, nr);
             }
             matmul_many(&[&l.w_gate, &l.w_up], &xn, t, &mut [&mut gate, &mut up])?;
-            gate.iter_mut()
-                .zip(&up)
-                .for_each(|(g, u)| *g = silu(*g) * u);
+            gate.iter_mut().zip(&up).for_each(|(g, u)| *g = silu(*g) * u);
             matmul_many(&[&l.w_down], &gate, t, &mut [&mut part])?;
-            comm.all_sum(&mut part)
-                .with_context(|| format!("all_sum after MLP, layer {li}"))?;
+            comm.all_sum(&mut part).with_context(|| format!("all_sum after MLP, layer {li}"))?;
             x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
         }
         cache.len += t;
@@ -515,9 +436,7 @@ impl Model {
         cache.fingerprint = x[(t - 1) * h..]
             .iter()
             .chain(x[..(t - 1) * h].iter())
-            .fold(0x811c_9dc5u32, |hsh, v| {
-                (hsh ^ v.to_bits()).wrapping_mul(0x0100_0193)
-            });
+            .fold(0x811c_9dc5u32, |hsh, v| (hsh ^ v.to_bits()).wrapping_mul(0x0100_0193));
         if !want_logits {
             return Ok(None);
         }

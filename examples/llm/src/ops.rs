@@ -78,11 +78,7 @@ impl Mat {
     /// Copies the matrix to the GPU; later products run there. Empty matrices (a rank with no
     /// heads) stay on the CPU path, which handles them trivially.
     #[cfg(feature = "gpu")]
-    pub fn upload(
-        &mut self,
-        ctx: &std::sync::Arc<crate::gpu::GpuContext>,
-        f16: bool,
-    ) -> anyhow::Result<()> {
+    pub fn upload(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>, f16: bool) -> anyhow::Result<()> {
         if self.rows > 0 && self.cols > 0 {
             // The GPU kernels are f32-only: quantised matrices are decoded for the upload.
             let dense;
@@ -102,10 +98,7 @@ impl Mat {
     /// `out` (`t x rows`) = `xs` (`t x cols`) · selfᵀ, on the CPU.
     pub fn matmul(&self, xs: &[f32], t: usize, out: &mut [f32]) -> anyhow::Result<()> {
         let (rows, cols) = (self.rows, self.cols);
-        anyhow::ensure!(
-            xs.len() == t * cols && out.len() == t * rows,
-            "matmul shape mismatch"
-        );
+        anyhow::ensure!(xs.len() == t * cols && out.len() == t * rows, "matmul shape mismatch");
         if rows == 0 || cols == 0 {
             out.fill(0.0);
             return Ok(());
@@ -116,26 +109,22 @@ impl Mat {
         let rows_per_task = (16384 / cols).clamp(1, 64);
         if let Some(q) = &self.quant {
             let sums: Vec<Vec<f32>> = xs.chunks_exact(cols).map(|x| q.block_sums(x)).collect();
-            tr.par_chunks_mut(rows_per_task * t)
-                .enumerate()
-                .for_each(|(ci, o)| {
-                    for (ri, orow) in o.chunks_exact_mut(t).enumerate() {
-                        let r = ci * rows_per_task + ri;
-                        for (tk, x) in xs.chunks_exact(cols).enumerate() {
-                            orow[tk] = q.dot_row(r, x, &sums[tk]);
-                        }
+            tr.par_chunks_mut(rows_per_task * t).enumerate().for_each(|(ci, o)| {
+                for (ri, orow) in o.chunks_exact_mut(t).enumerate() {
+                    let r = ci * rows_per_task + ri;
+                    for (tk, x) in xs.chunks_exact(cols).enumerate() {
+                        orow[tk] = q.dot_row(r, x, &sums[tk]);
+                    }
+                }
+            });
+        } else {
+            tr.par_chunks_mut(rows_per_task * t).enumerate().for_each(|(ci, o)| {
+                self.for_rows(ci * rows_per_task, o.len() / t, |ri, row| {
+                    for (tk, x) in xs.chunks_exact(cols).enumerate() {
+                        o[ri * t + tk] = dot(row, x);
                     }
                 });
-        } else {
-            tr.par_chunks_mut(rows_per_task * t)
-                .enumerate()
-                .for_each(|(ci, o)| {
-                    self.for_rows(ci * rows_per_task, o.len() / t, |ri, row| {
-                        for (tk, x) in xs.chunks_exact(cols).enumerate() {
-                            o[ri * t + tk] = dot(row, x);
-                        }
-                    });
-                });
+            });
         }
         for (r, col) in tr.chunks_exact(t).enumerate() {
             for (tk, &v) in col.iter().enumerate() {
@@ -147,18 +136,8 @@ impl Mat {
 
     /// `out = self · x`.
     pub fn matvec(&self, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            x.len() == self.cols,
-            "matvec: input length {} != {}",
-            x.len(),
-            self.cols
-        );
-        anyhow::ensure!(
-            out.len() == self.rows,
-            "matvec: output length {} != {}",
-            out.len(),
-            self.rows
-        );
+        anyhow::ensure!(x.len() == self.cols, "matvec: input length {} != {}", x.len(), self.cols);
+        anyhow::ensure!(out.len() == self.rows, "matvec: output length {} != {}", out.len(), self.rows);
         if self.rows == 0 || self.cols == 0 {
             out.fill(0.0);
             return Ok(());
@@ -171,20 +150,16 @@ impl Mat {
         let rows_per_task = (16384 / self.cols).clamp(1, 64);
         if let Some(q) = &self.quant {
             let sums = q.block_sums(x);
-            out.par_chunks_mut(rows_per_task)
-                .enumerate()
-                .for_each(|(ci, o)| {
-                    for (i, oi) in o.iter_mut().enumerate() {
-                        *oi = q.dot_row(ci * rows_per_task + i, x, &sums);
-                    }
-                });
+            out.par_chunks_mut(rows_per_task).enumerate().for_each(|(ci, o)| {
+                for (i, oi) in o.iter_mut().enumerate() {
+                    *oi = q.dot_row(ci * rows_per_task + i, x, &sums);
+                }
+            });
             return Ok(());
         }
-        out.par_chunks_mut(rows_per_task)
-            .enumerate()
-            .for_each(|(ci, o)| {
-                self.for_rows(ci * rows_per_task, o.len(), |i, row| o[i] = dot(row, x));
-            });
+        out.par_chunks_mut(rows_per_task).enumerate().for_each(|(ci, o)| {
+            self.for_rows(ci * rows_per_task, o.len(), |i, row| o[i] = dot(row, x));
+        });
         Ok(())
     }
 }
@@ -192,12 +167,7 @@ impl Mat {
 /// Batched products for prefill: `outs[i]` (`t x rows_i`, row-major) = `xs` (`t x cols`) times
 /// `mats[i]` transposed. On the CPU each weight row is read once for all `t` tokens (decode is
 /// memory-bound, so this is where batching pays); on the GPU it is one round trip per token.
-pub fn matmul_many(
-    mats: &[&Mat],
-    xs: &[f32],
-    t: usize,
-    outs: &mut [&mut [f32]],
-) -> anyhow::Result<()> {
+pub fn matmul_many(mats: &[&Mat], xs: &[f32], t: usize, outs: &mut [&mut [f32]]) -> anyhow::Result<()> {
     anyhow::ensure!(mats.len() == outs.len(), "matmul_many: arity mismatch");
     if t == 1 {
         return matvec_many(mats, xs, outs);
@@ -206,11 +176,8 @@ pub fn matmul_many(
     if mats.iter().any(|m| m.gpu.is_some()) {
         for tok in 0..t {
             let x = &xs[tok * mats[0].cols..(tok + 1) * mats[0].cols];
-            let mut o: Vec<&mut [f32]> = outs
-                .iter_mut()
-                .zip(mats)
-                .map(|(o, m)| &mut o[tok * m.rows..(tok + 1) * m.rows])
-                .collect();
+            let mut o: Vec<&mut [f32]> =
+                outs.iter_mut().zip(mats).map(|(o, m)| &mut o[tok * m.rows..(tok + 1) * m.rows]).collect();
             matvec_many(mats, x, &mut o)?;
         }
         return Ok(());
@@ -276,9 +243,7 @@ pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
 
 /// Inverse frequencies `theta^(-2i/d)` for `i in 0..d/2`.
 pub fn rope_inv_freq(head_dim: usize, theta: f32) -> Vec<f32> {
-    (0..head_dim / 2)
-        .map(|i| 1.0 / (theta as f64).powf(2.0 * i as f64 / head_dim as f64) as f32)
-        .collect()
+    (0..head_dim / 2).map(|i| 1.0 / (theta as f64).powf(2.0 * i as f64 / head_dim as f64) as f32).collect()
 }
 
 /// Rotates one head vector in place for position `pos`.

@@ -101,11 +101,7 @@ impl GgmlType {
     pub fn bytes_for(self, n: usize) -> Result<usize, QuantError> {
         let b = self.block_elems();
         if n % b != 0 {
-            return Err(QuantError::Ragged {
-                ty: self,
-                n,
-                block: b,
-            });
+            return Err(QuantError::Ragged { ty: self, n, block: b });
         }
         Ok(n / b * self.block_bytes())
     }
@@ -119,11 +115,7 @@ fn rd_f16(b: &[u8]) -> f32 {
 pub fn dequantize(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     let need = ty.bytes_for(out.len())?;
     if src.len() < need {
-        return Err(QuantError::Short {
-            ty,
-            need,
-            have: src.len(),
-        });
+        return Err(QuantError::Short { ty, need, have: src.len() });
     }
     let src = &src[..need];
     match ty {
@@ -143,10 +135,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Quant
             }
         }
         GgmlType::Q8_0 => {
-            for (o, blk) in out
-                .chunks_exact_mut(QK)
-                .zip(src.chunks_exact(ty.block_bytes()))
-            {
+            for (o, blk) in out.chunks_exact_mut(QK).zip(src.chunks_exact(ty.block_bytes())) {
                 let d = rd_f16(&blk[0..2]);
                 for (x, &q) in o.iter_mut().zip(&blk[2..]) {
                     *x = d * (q as i8) as f32;
@@ -154,10 +143,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Quant
             }
         }
         GgmlType::Q4_0 => {
-            for (o, blk) in out
-                .chunks_exact_mut(QK)
-                .zip(src.chunks_exact(ty.block_bytes()))
-            {
+            for (o, blk) in out.chunks_exact_mut(QK).zip(src.chunks_exact(ty.block_bytes())) {
                 let d = rd_f16(&blk[0..2]);
                 let qs = &blk[2..];
                 for j in 0..QK / 2 {
@@ -167,10 +153,7 @@ pub fn dequantize(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Quant
             }
         }
         GgmlType::Q4_1 => {
-            for (o, blk) in out
-                .chunks_exact_mut(QK)
-                .zip(src.chunks_exact(ty.block_bytes()))
-            {
+            for (o, blk) in out.chunks_exact_mut(QK).zip(src.chunks_exact(ty.block_bytes())) {
                 let d = rd_f16(&blk[0..2]);
                 let m = rd_f16(&blk[2..4]);
                 let qs = &blk[4..];
@@ -228,11 +211,7 @@ impl QuantRows {
         }
         let row_bytes = ty.bytes_for(cols)?;
         if row_bytes == 0 || bytes.len() % row_bytes != 0 {
-            return Err(QuantError::Short {
-                ty,
-                need: row_bytes,
-                have: bytes.len() % row_bytes.max(1),
-            });
+            return Err(QuantError::Short { ty, need: row_bytes, have: bytes.len() % row_bytes.max(1) });
         }
         let nblocks = bytes.len() / ty.block_bytes();
         let (qb, header) = (qs_per_block(ty), ty.block_bytes() - qs_per_block(ty));

@@ -40,11 +40,7 @@ impl Sampler {
     }
     /// Temperature / top-p sampler with a seed.
     pub fn new(temperature: f32, top_p: f32, seed: u64) -> Self {
-        Self {
-            temperature,
-            top_p,
-            rng: Rng::new(seed),
-        }
+        Self { temperature, top_p, rng: Rng::new(seed) }
     }
 
     /// Picks a token id from `logits`.
@@ -53,11 +49,8 @@ impl Sampler {
             return argmax(logits);
         }
         let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut probs: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u32, ((l - m) / self.temperature).exp()))
-            .collect();
+        let mut probs: Vec<(u32, f32)> =
+            logits.iter().enumerate().map(|(i, &l)| (i as u32, ((l - m) / self.temperature).exp())).collect();
         // Sort by probability, ties broken by id, so a seed always gives the same token.
         probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let total: f32 = probs.iter().map(|p| p.1).sum();

@@ -42,10 +42,7 @@ pub struct ShardPlan {
 impl ShardPlan {
     /// Plans rank `rank` of `size` for `cfg`.
     pub fn new(cfg: &ModelConfig, rank: usize, size: usize) -> anyhow::Result<Self> {
-        ensure!(
-            size > 0 && rank < size,
-            "rank {rank} out of world size {size}"
-        );
+        ensure!(size > 0 && rank < size, "rank {rank} out of world size {size}");
         // More ranks than features would leave some rank with nothing to do at all; refuse with
         // a clear message rather than run an idle rank.
         ensure!(
@@ -56,19 +53,9 @@ impl ShardPlan {
         let kv_heads = split_range(cfg.num_kv_heads, size, rank);
         let g = cfg.group_size();
         let q_heads = kv_heads.start * g..kv_heads.end * g;
-        let unit = if cfg.intermediate_size % 32 == 0 && cfg.intermediate_size / 32 >= size {
-            32
-        } else {
-            1
-        };
+        let unit = if cfg.intermediate_size % 32 == 0 && cfg.intermediate_size / 32 >= size { 32 } else { 1 };
         let u = split_range(cfg.intermediate_size / unit, size, rank);
         let ffn = u.start * unit..u.end * unit;
-        Ok(Self {
-            rank,
-            size,
-            kv_heads,
-            q_heads,
-            ffn,
-        })
+        Ok(Self { rank, size, kv_heads, q_heads, ffn })
     }
 }

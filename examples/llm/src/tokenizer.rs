@@ -13,8 +13,7 @@ use fancy_regex::Regex;
 
 /// GPT-2 pre-tokenisation pattern: contractions, letter runs, digit runs, punctuation runs,
 /// and whitespace (trailing whitespace before a word stays with the word's leading space).
-const GPT2_PATTERN: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const GPT2_PATTERN: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 
 /// llama.cpp token type for control tokens (`<|im_start|>`, ...).
 const TOKEN_TYPE_CONTROL: u32 = 3;
@@ -27,8 +26,7 @@ fn byte_to_unicode() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut n = 0u32;
     for b in 0..256u32 {
-        let printable =
-            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+        let printable = (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
         table[b as usize] = if printable {
             char::from_u32(b).unwrap()
         } else {
@@ -70,19 +68,11 @@ impl Tokenizer {
         bos: Option<u32>,
         eos: Option<u32>,
     ) -> anyhow::Result<Self> {
-        let vocab: HashMap<String, u32> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let vocab: HashMap<String, u32> = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let mut merge_rank = HashMap::with_capacity(merges.len());
         for (i, m) in merges.iter().enumerate() {
-            let (a, b) = m
-                .split_once(' ')
-                .with_context(|| format!("malformed merge {m:?}"))?;
-            merge_rank
-                .entry((a.to_string(), b.to_string()))
-                .or_insert(i as u32);
+            let (a, b) = m.split_once(' ').with_context(|| format!("malformed merge {m:?}"))?;
+            merge_rank.entry((a.to_string(), b.to_string())).or_insert(i as u32);
         }
         let mut is_special = vec![false; tokens.len()];
         let mut specials = Vec::new();
@@ -96,16 +86,9 @@ impl Tokenizer {
         }
         specials.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
         let byte_enc = byte_to_unicode();
-        let byte_dec = byte_enc
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| (c, i as u8))
-            .collect();
+        let byte_dec = byte_enc.iter().enumerate().map(|(i, &c)| (c, i as u8)).collect();
         for id in [bos, eos].into_iter().flatten() {
-            ensure!(
-                (id as usize) < tokens.len(),
-                "special token id {id} out of vocab"
-            );
+            ensure!((id as usize) < tokens.len(), "special token id {id} out of vocab");
         }
         Ok(Self {
             tokens,
@@ -205,20 +188,13 @@ impl Tokenizer {
             out.extend_from_slice(ids);
             return Ok(());
         }
-        let mut syms: Vec<String> = word
-            .bytes()
-            .map(|b| self.byte_enc[b as usize].to_string())
-            .collect();
+        let mut syms: Vec<String> = word.bytes().map(|b| self.byte_enc[b as usize].to_string()).collect();
         // Merge the lowest-ranked adjacent pair until no pair is in the merge table.
         loop {
             let best = syms
                 .windows(2)
                 .enumerate()
-                .filter_map(|(i, w)| {
-                    self.merge_rank
-                        .get(&(w[0].clone(), w[1].clone()))
-                        .map(|&r| (r, i))
-                })
+                .filter_map(|(i, w)| self.merge_rank.get(&(w[0].clone(), w[1].clone())).map(|&r| (r, i)))
                 .min();
             let Some((_, i)) = best else { break };
             let right = syms.remove(i + 1);
@@ -251,11 +227,7 @@ impl Tokenizer {
             return Vec::new();
         };
         if self.is_special[id as usize] {
-            return if with_special {
-                t.as_bytes().to_vec()
-            } else {
-                Vec::new()
-            };
+            return if with_special { t.as_bytes().to_vec() } else { Vec::new() };
         }
         t.chars()
             .flat_map(|c| match self.byte_dec.get(&c) {
@@ -268,10 +240,7 @@ impl Tokenizer {
 
     /// Decodes ids to text (invalid UTF-8 is replaced).
     pub fn decode(&self, ids: &[u32], with_special: bool) -> String {
-        let bytes: Vec<u8> = ids
-            .iter()
-            .flat_map(|&id| self.token_bytes(id, with_special))
-            .collect();
+        let bytes: Vec<u8> = ids.iter().flat_map(|&id| self.token_bytes(id, with_special)).collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
@@ -297,9 +266,7 @@ impl Tokenizer {
         if let Some(sys) = system.or(default_system) {
             s.push_str(&format!("<|im_start|>system\n{sys}<|im_end|>\n"));
         }
-        s.push_str(&format!(
-            "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-        ));
+        s.push_str(&format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"));
         Some(s)
     }
 }

@@ -43,10 +43,7 @@ fn a_failed_rank_does_not_hang_the_others() {
         drop(gone); // rank 2 "fails" without joining the collective
     });
     let errs: Vec<bool> = std::thread::scope(|s| {
-        let hs: Vec<_> = world
-            .into_iter()
-            .map(|c| s.spawn(move || c.all_sum(&mut [1.0]).is_err()))
-            .collect();
+        let hs: Vec<_> = world.into_iter().map(|c| s.spawn(move || c.all_sum(&mut [1.0]).is_err())).collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     t.join().unwrap();
@@ -117,41 +114,20 @@ fn check_sync_detects_diverging_ranks() {
                     s.spawn(move || {
                         let plan = ShardPlan::new(src.config(), c.rank(), 2).unwrap();
                         let model = Model::load(src, plan).unwrap();
-                        let opts = GenOptions {
-                            max_tokens: 4,
-                            stop_token: None,
-                            record_logits: false,
-                            check_sync: check,
-                        };
-                        let comm: Box<dyn Comm> = if skew {
-                            Box::new(SkewedComm(c))
-                        } else {
-                            Box::new(c)
-                        };
-                        generate(
-                            &model,
-                            comm.as_ref(),
-                            &[1, 2, 3],
-                            &mut Sampler::greedy(),
-                            &opts,
-                            |_| {},
-                        )
+                        let opts =
+                            GenOptions { max_tokens: 4, stop_token: None, record_logits: false, check_sync: check };
+                        let comm: Box<dyn Comm> = if skew { Box::new(SkewedComm(c)) } else { Box::new(c) };
+                        generate(&model, comm.as_ref(), &[1, 2, 3], &mut Sampler::greedy(), &opts, |_| {})
                     })
                 })
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        let failed: Vec<String> = results
-            .iter()
-            .filter_map(|r| r.as_ref().err().map(|e| format!("{e:#}")))
-            .collect();
+        let failed: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().map(|e| format!("{e:#}"))).collect();
         match (skew, check) {
-            (true, true) => assert!(
-                failed
-                    .iter()
-                    .any(|e| e.contains("rank 1 diverged from rank 0 at step")),
-                "{failed:?}"
-            ),
+            (true, true) => {
+                assert!(failed.iter().any(|e| e.contains("rank 1 diverged from rank 0 at step")), "{failed:?}")
+            }
             // Without skew nothing fails; without the check the skew goes unnoticed.
             _ => assert!(failed.is_empty(), "{failed:?}"),
         }

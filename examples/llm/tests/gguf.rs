@@ -50,19 +50,8 @@ fn build() -> (std::path::PathBuf, std::path::PathBuf) {
     let mut dense = Vec::new();
     for (name, t) in tensors(&s) {
         let (g, ty, (bytes, values)) = encode(&name, &t.data);
-        raw.push(RawTensor {
-            name: g,
-            shape: t.shape.clone(),
-            ty,
-            bytes,
-        });
-        dense.push((
-            name,
-            Tensor {
-                shape: t.shape,
-                data: values,
-            },
-        ));
+        raw.push(RawTensor { name: g, shape: t.shape.clone(), ty, bytes });
+        dense.push((name, Tensor { shape: t.shape, data: values }));
     }
     let meta = [
         ("general.architecture", Meta::Str("llama".into())),
@@ -71,10 +60,7 @@ fn build() -> (std::path::PathBuf, std::path::PathBuf) {
         ("llama.block_count", Meta::U32(s.layers as u32)),
         ("llama.feed_forward_length", Meta::U32(s.ffn as u32)),
         ("llama.attention.head_count", Meta::U32(s.heads as u32)),
-        (
-            "llama.attention.head_count_kv",
-            Meta::U32(s.kv_heads as u32),
-        ),
+        ("llama.attention.head_count_kv", Meta::U32(s.kv_heads as u32)),
         ("llama.rope.dimension_count", Meta::U32(s.head_dim as u32)),
         ("llama.rope.freq_base", Meta::F32(10000.0)),
         ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
@@ -105,9 +91,7 @@ fn quantised_gguf_matches_dense_safetensors_at_tp_1_2_3() {
     }
     // Row slices decode only the requested rows, at block boundaries inside the file.
     let full = d.tensor("model.layers.0.mlp.gate_proj.weight").unwrap();
-    let rows = g
-        .tensor_rows("model.layers.0.mlp.gate_proj.weight", 5..37)
-        .unwrap();
+    let rows = g.tensor_rows("model.layers.0.mlp.gate_proj.weight", 5..37).unwrap();
     assert_eq!(rows, full.slice_rows(5..37));
 
     let prompt = [1, 2, 3, 60, 7];
@@ -118,10 +102,7 @@ fn quantised_gguf_matches_dense_safetensors_at_tp_1_2_3() {
         for tp in [1, 2, 3] {
             let opts = boltccl_llm::model::LoadOptions { keep_quantized };
             let out = common::run_tp_with(g.as_ref(), tp, &prompt, 10, opts);
-            assert_eq!(
-                out.tokens, base.tokens,
-                "TP={tp} quantized={keep_quantized}"
-            );
+            assert_eq!(out.tokens, base.tokens, "TP={tp} quantized={keep_quantized}");
             let diff = max_diff(&out.logits, &base.logits);
             assert!(diff <= 1e-4, "TP={tp} quantized={keep_quantized}: {diff}");
         }
@@ -138,31 +119,15 @@ fn quantized_storage_matches_f32_expansion() {
     let (gguf, st) = build();
     let g = loader::open(&gguf).unwrap().weights;
     // The GGUF path really keeps quantised tensors (this is what the option switches).
-    assert!(g
-        .quant_rows("model.layers.0.mlp.up_proj.weight", 0..4)
-        .unwrap()
-        .is_some());
+    assert!(g.quant_rows("model.layers.0.mlp.up_proj.weight", 0..4).unwrap().is_some());
     assert!(g.quant_rows("model.norm.weight", 0..1).unwrap().is_none());
     let plan = ShardPlan::new(g.config(), 0, 1).unwrap();
     let q = Model::load(g.as_ref(), plan.clone()).unwrap();
-    let f = Model::load_with(
-        g.as_ref(),
-        plan,
-        LoadOptions {
-            keep_quantized: false,
-        },
-    )
-    .unwrap();
+    let f = Model::load_with(g.as_ref(), plan, LoadOptions { keep_quantized: false }).unwrap();
     let (mut cq, mut cf) = (q.new_cache(), f.new_cache());
     for toks in [&[5u32, 6, 7][..], &[8], &[9]] {
-        let lq = q
-            .forward_batch(toks, &mut cq, &SingleRank, true)
-            .unwrap()
-            .unwrap();
-        let lf = f
-            .forward_batch(toks, &mut cf, &SingleRank, true)
-            .unwrap()
-            .unwrap();
+        let lq = q.forward_batch(toks, &mut cq, &SingleRank, true).unwrap().unwrap();
+        let lf = f.forward_batch(toks, &mut cf, &SingleRank, true).unwrap().unwrap();
         assert!(max_diff(&[lq], &[lf]) <= 1e-5);
     }
     let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
@@ -177,9 +142,7 @@ fn malformed_files_are_errors() {
     let bad = dir.join("bad.gguf");
     // Truncated data section.
     std::fs::write(&bad, &bytes[..bytes.len() - 40]).unwrap();
-    let e = GgufModel::open(&bad)
-        .err()
-        .expect("truncated file accepted");
+    let e = GgufModel::open(&bad).err().expect("truncated file accepted");
     assert!(format!("{e:#}").contains("past end"), "{e:#}");
     // Wrong magic.
     let mut m = bytes.clone();

@@ -6,7 +6,6 @@ mod common;
 
 use std::sync::Arc;
 
-use boltccl_llm::comm::Comm;
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::gpu::{wgsl_to_msl, GpuContext, GpuMat, MATVEC_F16_WGSL, MATVEC_WGSL};
 use boltccl_llm::loader::safetensors::StoreDtype;
@@ -33,22 +32,13 @@ fn gpu() -> Option<Arc<GpuContext>> {
 fn wgsl_translates_to_metal() {
     let msl = wgsl_to_msl(MATVEC_WGSL).unwrap();
     assert!(msl.contains("kernel void matvec"), "{msl}");
-    assert!(
-        msl.contains("threadgroup_barrier"),
-        "workgroup barriers must map to Metal's"
-    );
+    assert!(msl.contains("threadgroup_barrier"), "workgroup barriers must map to Metal's");
     let layer = wgsl_to_msl(boltccl_llm::gpu::layer::LAYER_WGSL).unwrap();
     for k in ["rmsnorm", "qk_prep", "attention", "silu_mul"] {
-        assert!(
-            layer.contains(&format!("kernel void {k}")),
-            "{k} missing from MSL"
-        );
+        assert!(layer.contains(&format!("kernel void {k}")), "{k} missing from MSL");
     }
     let msl16 = wgsl_to_msl(MATVEC_F16_WGSL).unwrap();
-    assert!(
-        msl16.contains("half"),
-        "f16 weights must become Metal `half`: {msl16}"
-    );
+    assert!(msl16.contains("half"), "f16 weights must become Metal `half`: {msl16}");
     // A broken shader must be rejected, so this test can fail.
     assert!(wgsl_to_msl("@compute @workgroup_size(64) fn f() { let x: u32 = 1.5; }").is_err());
 }
@@ -68,11 +58,7 @@ fn gpu_matvec_matches_cpu() {
         let g = GpuMat::upload(&ctx, rows, cols, &w);
         let mut out = vec![f32::NAN; rows];
         g.matvec(&x, &mut out).unwrap();
-        let d = cpu
-            .iter()
-            .zip(&out)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let d = cpu.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
         assert!(d < 1e-5, "{rows}x{cols}: {d}");
     }
 }
@@ -87,12 +73,7 @@ fn run_gpu(src: &dyn WeightSource, ctx: &Arc<GpuContext>, tp: usize, prompt: &[u
                     let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
                     let mut model = Model::load(src, plan).unwrap();
                     model.upload_to_gpu(ctx, false).unwrap();
-                    let opts = GenOptions {
-                        max_tokens: 8,
-                        stop_token: None,
-                        record_logits: true,
-                        check_sync: true,
-                    };
+                    let opts = GenOptions { max_tokens: 8, stop_token: None, record_logits: true, check_sync: true };
                     generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
                 })
             })
@@ -106,11 +87,7 @@ fn run_gpu(src: &dyn WeightSource, ctx: &Arc<GpuContext>, tp: usize, prompt: &[u
 #[test]
 fn gpu_decode_matches_cpu() {
     let Some(ctx) = gpu() else { return };
-    let qwen2 = Spec {
-        model_type: "qwen2",
-        seed: 3,
-        ..Spec::odd()
-    };
+    let qwen2 = Spec { model_type: "qwen2", seed: 3, ..Spec::odd() };
     let qwen3 = Spec {
         model_type: "qwen3",
         rope: boltccl_llm::config::RopeStyle::NeoX,
@@ -119,11 +96,7 @@ fn gpu_decode_matches_cpu() {
         seed: 4,
         ..Spec::even()
     };
-    for (spec, tps) in [
-        (Spec::odd(), &[1, 2, 4][..]),
-        (qwen2, &[3][..]),
-        (qwen3, &[1, 4][..]),
-    ] {
+    for (spec, tps) in [(Spec::odd(), &[1, 2, 4][..]), (qwen2, &[3][..]), (qwen3, &[1, 4][..])] {
         let dir = write_checkpoint(&spec, &tensors(&spec), StoreDtype::F32);
         let src = open(&dir);
         let prompt = [4, 8, 15, 16, 23];
@@ -132,10 +105,7 @@ fn gpu_decode_matches_cpu() {
             let g = run_gpu(src.as_ref(), &ctx, tp, &prompt);
             assert_eq!(g.tokens, cpu.tokens, "{} GPU TP={tp}", spec.model_type);
             let d = max_diff(&g.logits, &cpu.logits);
-            eprintln!(
-                "{} GPU TP={tp}: max |logit diff| vs CPU = {d:.2e}",
-                spec.model_type
-            );
+            eprintln!("{} GPU TP={tp}: max |logit diff| vs CPU = {d:.2e}", spec.model_type);
             assert!(d < 1e-4, "{} GPU TP={tp}: {d}", spec.model_type);
         }
         let _ = std::fs::remove_dir_all(dir);
@@ -156,17 +126,11 @@ fn gpu_f16_weights_match_cpu_on_rounded_weights() {
         // The CPU oracle multiplies the same f16-rounded weights.
         let rounded: Vec<f32> = w.iter().map(|v| half::f16::from_f32(*v).to_f32()).collect();
         let mut cpu = vec![0f32; rows];
-        boltccl_llm::ops::Mat::new(rows, cols, rounded)
-            .matvec(&x, &mut cpu)
-            .unwrap();
+        boltccl_llm::ops::Mat::new(rows, cols, rounded).matvec(&x, &mut cpu).unwrap();
         let g = GpuMat::upload_as(&ctx, rows, cols, &w, true).unwrap();
         let mut out = vec![f32::NAN; rows];
         g.matvec(&x, &mut out).unwrap();
-        let d = cpu
-            .iter()
-            .zip(&out)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max);
+        let d = cpu.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
         assert!(d < 1e-5, "{rows}x{cols}: {d}");
     }
 }

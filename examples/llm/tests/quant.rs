@@ -98,29 +98,17 @@ fn errors_instead_of_panics() {
     let mut out = [0f32; 32];
     assert!(matches!(
         dequantize(GgmlType::Q4_1, &[0u8; 19], &mut out),
-        Err(QuantError::Short {
-            need: 20,
-            have: 19,
-            ..
-        })
+        Err(QuantError::Short { need: 20, have: 19, .. })
     ));
     let mut odd = [0f32; 31];
-    assert!(matches!(
-        dequantize(GgmlType::Q8_0, &[0u8; 34], &mut odd),
-        Err(QuantError::Ragged { .. })
-    ));
-    assert!(matches!(
-        GgmlType::from_id(12),
-        Err(QuantError::Unsupported(12))
-    ));
+    assert!(matches!(dequantize(GgmlType::Q8_0, &[0u8; 34], &mut odd), Err(QuantError::Ragged { .. })));
+    assert!(matches!(GgmlType::from_id(12), Err(QuantError::Unsupported(12))));
     assert_eq!(GgmlType::from_id(3).unwrap(), GgmlType::Q4_1);
     assert_eq!(GgmlType::Q4_0.bytes_for(64).unwrap(), 36);
 }
 
 fn close(a: &[f32], b: &[f32]) -> bool {
-    a.iter()
-        .zip(b)
-        .all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs()))
+    a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * (1.0 + y.abs()))
 }
 
 /// Products on quantised storage equal products on the decoded f32 matrix, for every block
@@ -129,16 +117,12 @@ fn close(a: &[f32], b: &[f32]) -> bool {
 fn quantized_matrices_multiply_like_their_f32_decoding() {
     let (rows, cols) = (37, 96);
     let mut rng = Rng::new(9);
-    let w: Vec<f32> = (0..rows * cols)
-        .map(|_| rng.next_f32() * 2.0 - 1.0)
-        .collect();
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng.next_f32() * 2.0 - 1.0).collect();
     let xs: Vec<f32> = (0..3 * cols).map(|_| rng.next_f32() - 0.5).collect();
     type Enc = fn(&[f32]) -> (Vec<u8>, Vec<f32>);
-    for (ty, enc) in [
-        (GgmlType::Q8_0, gw::q8_0 as Enc),
-        (GgmlType::Q4_0, gw::q4_0 as Enc),
-        (GgmlType::Q4_1, gw::q4_1 as Enc),
-    ] {
+    for (ty, enc) in
+        [(GgmlType::Q8_0, gw::q8_0 as Enc), (GgmlType::Q4_0, gw::q4_0 as Enc), (GgmlType::Q4_1, gw::q4_1 as Enc)]
+    {
         let (bytes, dense) = enc(&w);
         let q = QuantRows::new(ty, cols, bytes).unwrap();
         assert_eq!(q.rows(), rows);
@@ -160,14 +144,8 @@ fn quantized_matrices_multiply_like_their_f32_decoding() {
         let s = q.slice_cols(32..96).unwrap();
         let sd = s.dequantize_all();
         for r in 0..rows {
-            assert_eq!(
-                &sd[r * 64..(r + 1) * 64],
-                &dense[r * cols + 32..(r + 1) * cols]
-            );
+            assert_eq!(&sd[r * 64..(r + 1) * 64], &dense[r * cols + 32..(r + 1) * cols]);
         }
-        assert!(
-            q.slice_cols(16..48).is_none(),
-            "unaligned shard must fall back to f32"
-        );
+        assert!(q.slice_cols(16..48).is_none(), "unaligned shard must fall back to f32");
     }
 }

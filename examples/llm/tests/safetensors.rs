@@ -12,10 +12,7 @@ fn half_precision_files_round_trip() {
     let s = Spec::odd();
     let ts = tensors(&s);
     for (dtype, round) in [
-        (
-            StoreDtype::F16,
-            (|x: f32| f16::from_f32(x).to_f32()) as fn(f32) -> f32,
-        ),
+        (StoreDtype::F16, (|x: f32| f16::from_f32(x).to_f32()) as fn(f32) -> f32),
         (StoreDtype::BF16, |x: f32| bf16::from_f32(x).to_f32()),
         (StoreDtype::F32, |x: f32| x),
     ] {
@@ -37,10 +34,7 @@ fn half_precision_files_round_trip() {
 
 #[test]
 fn qwen_flags_and_missing_tensors() {
-    let s = Spec {
-        model_type: "qwen2",
-        ..Spec::odd()
-    };
+    let s = Spec { model_type: "qwen2", ..Spec::odd() };
     let mut ts = tensors(&s);
     let dir = write_checkpoint(&s, &ts, StoreDtype::F32);
     assert!(open(&dir).config().qkv_bias);
@@ -50,9 +44,7 @@ fn qwen_flags_and_missing_tensors() {
     let dir = write_checkpoint(&s, &ts, StoreDtype::F32);
     let src = open(&dir);
     let plan = boltccl_llm::shard::ShardPlan::new(src.config(), 0, 1).unwrap();
-    let err = boltccl_llm::model::Model::load(src.as_ref(), plan)
-        .err()
-        .unwrap();
+    let err = boltccl_llm::model::Model::load(src.as_ref(), plan).err().unwrap();
     assert!(format!("{err:#}").contains("up_proj"), "{err:#}");
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -62,13 +54,10 @@ fn unsupported_rope_scaling_is_refused() {
     let s = Spec::odd();
     let dir = write_checkpoint(&s, &tensors(&s), StoreDtype::F32);
     let cfg_path = dir.join("config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
     cfg["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 8.0});
     std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
-    let err = boltccl_llm::loader::open(&dir)
-        .err()
-        .expect("rope_scaling accepted");
+    let err = boltccl_llm::loader::open(&dir).err().expect("rope_scaling accepted");
     assert!(format!("{err:#}").contains("rope_scaling"), "{err:#}");
     let _ = std::fs::remove_dir_all(dir);
 }

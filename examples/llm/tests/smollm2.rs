@@ -15,12 +15,8 @@ fn smollm2_greedy_identical_across_tp() {
     };
     let ck = loader::open(&path).unwrap();
     let tok = ck.tokenizer.as_ref().unwrap();
-    let chat = Tokenizer::chatml_prompt(
-        ck.chat_template.as_deref().unwrap(),
-        None,
-        "What is the capital of France?",
-    )
-    .unwrap();
+    let chat =
+        Tokenizer::chatml_prompt(ck.chat_template.as_deref().unwrap(), None, "What is the capital of France?").unwrap();
     let prompt = tok.encode(&chat, true).unwrap();
     let src = ck.weights.as_ref();
 
@@ -30,20 +26,13 @@ fn smollm2_greedy_identical_across_tp() {
     assert!(text.contains("Paris"), "incoherent answer: {text:?}");
     for tp in [2, 3, 4] {
         let out = run_tp(src, tp, &prompt, 24);
-        assert_eq!(
-            out.tokens,
-            base.tokens,
-            "TP={tp} diverged: {:?}",
-            tok.decode(&out.tokens, false)
-        );
+        assert_eq!(out.tokens, base.tokens, "TP={tp} diverged: {:?}", tok.decode(&out.tokens, false));
         let d = max_diff(&out.logits, &base.logits);
         eprintln!("TP={tp}: same 24 tokens, max |logit diff| = {d:.2e}");
         assert!(d < 1e-3, "TP={tp} logits differ by {d}");
     }
     // Weights kept Q4_1/Q8_0 in memory: same answer, TP=2 splits on quantisation blocks.
-    let opts = boltccl_llm::model::LoadOptions {
-        keep_quantized: true,
-    };
+    let opts = boltccl_llm::model::LoadOptions { keep_quantized: true };
     let q = common::run_tp_with(src, 2, &prompt, 24, opts);
     let d = max_diff(&q.logits, &base.logits);
     eprintln!("quantised storage TP=2: max |logit diff| vs f32 TP=1 = {d:.2e}");

@@ -24,9 +24,7 @@ fn byte_chars() -> Vec<char> {
         .collect()
 }
 
-const MERGES: [&str; 8] = [
-    "h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "1 2",
-];
+const MERGES: [&str; 8] = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "1 2"];
 
 fn toy() -> Tokenizer {
     let mut tokens: Vec<String> = byte_chars().iter().map(|c| c.to_string()).collect();
@@ -72,15 +70,9 @@ fn special_tokens_only_when_asked() {
 #[test]
 fn digit_isolation() {
     let t = toy();
-    assert_eq!(
-        strs(&t, &t.encode("a 123", false).unwrap()),
-        ["a", " ", "12", "3"]
-    );
+    assert_eq!(strs(&t, &t.encode("a 123", false).unwrap()), ["a", " ", "12", "3"]);
     let t = toy().with_digit_split(true);
-    assert_eq!(
-        strs(&t, &t.encode("a 123", false).unwrap()),
-        ["a", " ", "1", "2", "3"]
-    );
+    assert_eq!(strs(&t, &t.encode("a 123", false).unwrap()), ["a", " ", "1", "2", "3"]);
 }
 
 #[test]
@@ -104,11 +96,7 @@ fn round_trips_arbitrary_text() {
 fn stream_decoder_holds_partial_utf8() {
     let t = toy();
     let ids = t.encode("🦀", false).unwrap();
-    assert_eq!(
-        ids.len(),
-        4,
-        "toy vocab has no merges for the crab's 4 bytes"
-    );
+    assert_eq!(ids.len(), 4, "toy vocab has no merges for the crab's 4 bytes");
     let mut d = StreamDecoder::default();
     let pieces: Vec<String> = ids.iter().map(|&i| d.push(&t, i)).collect();
     assert_eq!(pieces, ["", "", "", "🦀"]);

@@ -24,10 +24,7 @@ fn check_tp(spec: &Spec, tps: &[usize]) {
         let out = run_tp(src.as_ref(), tp, &PROMPT, STEPS);
         assert_eq!(out.tokens, base.tokens, "{spec:?}: TP={tp} tokens differ");
         let d = max_diff(&out.logits, &base.logits);
-        eprintln!(
-            "{} TP={tp}: max |logit diff| vs TP=1 = {d:.2e}",
-            spec.model_type
-        );
+        eprintln!("{} TP={tp}: max |logit diff| vs TP=1 = {d:.2e}", spec.model_type);
         assert!(d <= TOL, "TP={tp}: logits differ by {d}");
     }
     check_reference(src.as_ref(), &base);
@@ -58,25 +55,14 @@ fn three_kv_heads_tp_1_2_3_4() {
 
 #[test]
 fn qwen2_bias_tp() {
-    let s = Spec {
-        model_type: "qwen2",
-        seed: 3,
-        ..Spec::odd()
-    };
+    let s = Spec { model_type: "qwen2", seed: 3, ..Spec::odd() };
     check_tp(&s, &[2, 3]);
 }
 
 #[test]
 fn qwen3_qk_norm_tp() {
     // Qwen3 style also decouples head_dim from hidden / heads (16 here, hidden 64, 8 heads).
-    let s = Spec {
-        model_type: "qwen3",
-        rope: RopeStyle::NeoX,
-        tie: false,
-        head_dim: 16,
-        seed: 4,
-        ..Spec::even()
-    };
+    let s = Spec { model_type: "qwen3", rope: RopeStyle::NeoX, tie: false, head_dim: 16, seed: 4, ..Spec::even() };
     check_tp(&s, &[2, 4]);
 }
 
@@ -108,10 +94,7 @@ fn rope_conventions_agree_under_permutation() {
         })
         .collect();
     let a_dir = write_checkpoint(&spec, &ts, StoreDtype::F32);
-    let il = Spec {
-        rope: RopeStyle::Interleaved,
-        ..spec.clone()
-    };
+    let il = Spec { rope: RopeStyle::Interleaved, ..spec.clone() };
     let b_dir = write_checkpoint(&il, &permuted, StoreDtype::F32);
     let a = run_tp(open(&a_dir).as_ref(), 1, &PROMPT, STEPS);
     let b = run_tp(open(&b_dir).as_ref(), 2, &PROMPT, STEPS);
@@ -140,10 +123,7 @@ fn batched_prefill_matches_token_by_token() {
     let model = Model::load(src.as_ref(), ShardPlan::new(src.config(), 0, 1).unwrap()).unwrap();
     let mut a = model.new_cache();
     let mut b = model.new_cache();
-    let la = model
-        .forward_batch(&PROMPT, &mut a, &SingleRank, true)
-        .unwrap()
-        .unwrap();
+    let la = model.forward_batch(&PROMPT, &mut a, &SingleRank, true).unwrap().unwrap();
     let mut lb = None;
     for &t in &PROMPT {
         lb = model.forward(t, &mut b, &SingleRank, true).unwrap();
@@ -153,10 +133,7 @@ fn batched_prefill_matches_token_by_token() {
     assert_eq!(a.len(), b.len());
     // A second batch on top of a filled cache, against single steps.
     let more = [9, 1, 7];
-    let la = model
-        .forward_batch(&more, &mut a, &SingleRank, true)
-        .unwrap()
-        .unwrap();
+    let la = model.forward_batch(&more, &mut a, &SingleRank, true).unwrap().unwrap();
     let mut lb = None;
     for &t in &more {
         lb = model.forward(t, &mut b, &SingleRank, true).unwrap();

@@ -124,11 +124,7 @@ impl LayerKernels {
         let entry = |binding, ty| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty,
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
+            ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
             count: None,
         };
         use wgpu::BufferBindingType as B;
@@ -183,16 +179,8 @@ struct Params {
 impl Params {
     fn bytes(self) -> [u8; 32] {
         let mut b = [0u8; 32];
-        let words = [
-            self.n,
-            self.heads,
-            self.pos,
-            self.flags,
-            self.eps.to_bits(),
-            self.scale.to_bits(),
-            self.group,
-            self.n_kv,
-        ];
+        let words =
+            [self.n, self.heads, self.pos, self.flags, self.eps.to_bits(), self.scale.to_bits(), self.group, self.n_kv];
         for (i, v) in words.into_iter().enumerate() {
             b[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
         }
@@ -203,10 +191,7 @@ impl Params {
 impl GpuLayer {
     /// Builds the layer: uploads norms/biases, allocates the KV cache, makes the bind groups.
     pub fn new(ctx: &Arc<GpuContext>, k: &LayerKernels, s: LayerSpec<'_>) -> anyhow::Result<Self> {
-        ensure!(
-            s.head_dim <= 256 && s.head_dim % 2 == 0,
-            "GPU attention needs an even head_dim <= 256"
-        );
+        ensure!(s.head_dim <= 256 && s.head_dim % 2 == 0, "GPU attention needs an even head_dim <= 256");
         let d = &ctx.device;
         use wgpu::BufferUsages as U;
         let init = |label, data: &[f32], usage| {
@@ -231,21 +216,14 @@ impl GpuLayer {
                 usage: U::UNIFORM | U::COPY_DST,
             })
         };
-        let bind = |a: &wgpu::Buffer,
-                    b: &wgpu::Buffer,
-                    c: &wgpu::Buffer,
-                    o: &wgpu::Buffer,
-                    p: &wgpu::Buffer| {
+        let bind = |a: &wgpu::Buffer, b: &wgpu::Buffer, c: &wgpu::Buffer, o: &wgpu::Buffer, p: &wgpu::Buffer| {
             d.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("layer"),
                 layout: &k.layout,
                 entries: &[a, b, c, o, p]
                     .iter()
                     .enumerate()
-                    .map(|(i, buf)| wgpu::BindGroupEntry {
-                        binding: i as u32,
-                        resource: buf.as_entire_binding(),
-                    })
+                    .map(|(i, buf)| wgpu::BindGroupEntry { binding: i as u32, resource: buf.as_entire_binding() })
                     .collect::<Vec<_>>(),
             })
         };
@@ -255,20 +233,11 @@ impl GpuLayer {
         let xn = zeros("xn", h, U::STORAGE | U::COPY_SRC);
         let an = init("attn_norm", s.attn_norm, U::STORAGE);
         let fnw = init("ffn_norm", s.ffn_norm, U::STORAGE);
-        let p_norm = uni(Params {
-            n: h as u32,
-            eps: s.eps,
-            ..Default::default()
-        }
-        .bytes());
+        let p_norm = uni(Params { n: h as u32, eps: s.eps, ..Default::default() }.bytes());
         let bg_norm_attn = bind(&x, &an, &dummy(), &xn, &p_norm);
         let bg_norm_ffn = bind(&x, &fnw, &dummy(), &xn, &p_norm);
         let nf = s.w_gate.rows;
-        let p_silu = uni(Params {
-            n: nf as u32,
-            ..Default::default()
-        }
-        .bytes());
+        let p_silu = uni(Params { n: nf as u32, ..Default::default() }.bytes());
         let bg_silu = bind(&s.w_gate.y, &s.w_up.y, &dummy(), &s.w_down.x, &p_silu);
         let hd = s.head_dim;
         let attn = match (s.wq, s.wk, s.wv, s.wo) {
@@ -280,47 +249,20 @@ impl GpuLayer {
                 let scores = zeros("scores", s.n_q * s.max_seq, U::STORAGE);
                 let inv = |label| init(label, s.inv_freq, U::STORAGE);
                 let rope = 8 | if s.interleaved { 4 } else { 0 };
-                let q_flags =
-                    rope | u32::from(s.bq.is_some()) | if s.q_norm.is_some() { 2 } else { 0 };
-                let k_flags =
-                    rope | u32::from(s.bk.is_some()) | if s.k_norm.is_some() { 2 } else { 0 };
+                let q_flags = rope | u32::from(s.bq.is_some()) | if s.q_norm.is_some() { 2 } else { 0 };
+                let k_flags = rope | u32::from(s.bk.is_some()) | if s.k_norm.is_some() { 2 } else { 0 };
                 let buf_or = |label, v: Option<&[f32]>| match v {
                     Some(v) => init(label, v, U::STORAGE),
                     None => dummy(),
                 };
                 let p_qprep = uni([0; 32]);
                 let p_kprep = uni([0; 32]);
-                let p_vprep = uni(Params {
-                    n: hd as u32,
-                    flags: 1,
-                    eps: s.eps,
-                    ..Default::default()
-                }
-                .bytes());
+                let p_vprep = uni(Params { n: hd as u32, flags: 1, eps: s.eps, ..Default::default() }.bytes());
                 let p_attn = uni([0; 32]);
-                let bg_qprep = bind(
-                    &wq.y,
-                    &buf_or("bq", s.bq),
-                    &buf_or("qn", s.q_norm),
-                    &inv("invq"),
-                    &p_qprep,
-                );
-                let bg_kprep = bind(
-                    &wk.y,
-                    &buf_or("bk", s.bk),
-                    &buf_or("kn", s.k_norm),
-                    &inv("invk"),
-                    &p_kprep,
-                );
-                let bg_vprep = s.bv.map(|bv| {
-                    bind(
-                        &wv.y,
-                        &init("bv", bv, U::STORAGE),
-                        &dummy(),
-                        &dummy_rw(d),
-                        &p_vprep,
-                    )
-                });
+                let bg_qprep = bind(&wq.y, &buf_or("bq", s.bq), &buf_or("qn", s.q_norm), &inv("invq"), &p_qprep);
+                let bg_kprep = bind(&wk.y, &buf_or("bk", s.bk), &buf_or("kn", s.k_norm), &inv("invk"), &p_kprep);
+                let bg_vprep =
+                    s.bv.map(|bv| bind(&wv.y, &init("bv", bv, U::STORAGE), &dummy(), &dummy_rw(d), &p_vprep));
                 let bg_attn = bind(&scores, &kcache, &vcache, &att, &p_attn);
                 Some(Attn {
                     wq,
@@ -368,48 +310,24 @@ impl GpuLayer {
     /// Attention partial (`hidden` values, before all_sum) for the token whose residual is
     /// `x`, at position `pos`; appends its K/V to the GPU cache. Zeros when this rank has no
     /// heads.
-    pub fn attention(
-        &self,
-        k: &LayerKernels,
-        x: &[f32],
-        pos: usize,
-        out: &mut [f32],
-    ) -> anyhow::Result<()> {
+    pub fn attention(&self, k: &LayerKernels, x: &[f32], pos: usize, out: &mut [f32]) -> anyhow::Result<()> {
         let Some(a) = &self.attn else {
             out.fill(0.0);
             return Ok(());
         };
-        ensure!(
-            pos < self.max_seq,
-            "GPU KV cache full ({} positions)",
-            self.max_seq
-        );
+        ensure!(pos < self.max_seq, "GPU KV cache full ({} positions)", self.max_seq);
         let (d, q) = (&self.ctx.device, &self.ctx.queue);
         let hd = self.head_dim;
         q.write_buffer(&self.x, 0, bytemuck::cast_slice(x));
         q.write_buffer(
             &a.p_qprep,
             0,
-            &Params {
-                n: hd as u32,
-                pos: pos as u32,
-                flags: a.q_flags,
-                eps: self.eps,
-                ..Default::default()
-            }
-            .bytes(),
+            &Params { n: hd as u32, pos: pos as u32, flags: a.q_flags, eps: self.eps, ..Default::default() }.bytes(),
         );
         q.write_buffer(
             &a.p_kprep,
             0,
-            &Params {
-                n: hd as u32,
-                pos: pos as u32,
-                flags: a.k_flags,
-                eps: self.eps,
-                ..Default::default()
-            }
-            .bytes(),
+            &Params { n: hd as u32, pos: pos as u32, flags: a.k_flags, eps: self.eps, ..Default::default() }.bytes(),
         );
         let scale = 1.0 / (hd as f32).sqrt();
         q.write_buffer(
@@ -459,40 +377,23 @@ impl GpuLayer {
         enc.copy_buffer_to_buffer(&self.xn, 0, &self.w_gate.x, 0, hb);
         enc.copy_buffer_to_buffer(&self.xn, 0, &self.w_up.x, 0, hb);
         self.matvecs(&mut enc, &[&self.w_gate, &self.w_up]);
-        self.dispatch(
-            &mut enc,
-            &k.silu_mul,
-            &self.bg_silu,
-            (self.w_gate.rows as u32).div_ceil(64),
-        );
+        self.dispatch(&mut enc, &k.silu_mul, &self.bg_silu, (self.w_gate.rows as u32).div_ceil(64));
         self.matvecs(&mut enc, &[&self.w_down]);
         self.finish(enc, &self.w_down, out)
     }
 
-    fn dispatch(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        p: &wgpu::ComputePipeline,
-        bg: &wgpu::BindGroup,
-        n: u32,
-    ) {
+    fn dispatch(&self, enc: &mut wgpu::CommandEncoder, p: &wgpu::ComputePipeline, bg: &wgpu::BindGroup, n: u32) {
         if n == 0 {
             return;
         }
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: None,
-        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
         pass.set_pipeline(p);
         pass.set_bind_group(0, bg, &[]);
         pass.dispatch_workgroups(n, 1, 1);
     }
 
     fn matvecs(&self, enc: &mut wgpu::CommandEncoder, mats: &[&Arc<GpuMat>]) {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: None,
-        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
         for m in mats {
             let pipeline = match (m.f16, &self.ctx.pipeline_f16) {
                 (true, Some(p)) => p,
@@ -505,12 +406,7 @@ impl GpuLayer {
     }
 
     /// Submits, then reads `m`'s output back into `out`.
-    fn finish(
-        &self,
-        mut enc: wgpu::CommandEncoder,
-        m: &GpuMat,
-        out: &mut [f32],
-    ) -> anyhow::Result<()> {
+    fn finish(&self, mut enc: wgpu::CommandEncoder, m: &GpuMat, out: &mut [f32]) -> anyhow::Result<()> {
         let (d, q) = (&self.ctx.device, &self.ctx.queue);
         enc.copy_buffer_to_buffer(&m.y, 0, &m.staging, 0, (m.rows * 4) as u64);
         q.submit([enc.finish()]);
@@ -519,15 +415,10 @@ impl GpuLayer {
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        d.poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| anyhow!("GPU poll failed: {e}"))?;
-        rx.recv()
-            .context("GPU map callback dropped")?
-            .map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
+        d.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow!("GPU poll failed: {e}"))?;
+        rx.recv().context("GPU map callback dropped")?.map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
         {
-            let data = slice
-                .get_mapped_range()
-                .map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
+            let data = slice.get_mapped_range().map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
             out.copy_from_slice(bytemuck::cast_slice(&data));
         }
         m.staging.unmap();

@@ -48,8 +48,7 @@ impl GpuContext {
     }
 
     async fn new_async() -> anyhow::Result<Option<Arc<Self>>> {
-        let instance =
-            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = match instance
             .request_adapter(&wgpu::RequestAdapterOptions {
                 power_preference: wgpu::PowerPreference::HighPerformance,
@@ -68,11 +67,7 @@ impl GpuContext {
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("boltccl-llm"),
                 required_limits: adapter.limits(),
-                required_features: if f16 {
-                    wgpu::Features::SHADER_F16
-                } else {
-                    wgpu::Features::empty()
-                },
+                required_features: if f16 { wgpu::Features::SHADER_F16 } else { wgpu::Features::empty() },
                 ..Default::default()
             })
             .await
@@ -170,24 +165,12 @@ impl GpuMat {
 
     /// Uploads a row-major `[rows, cols]` matrix, as f16 when `f16` (rounding each weight to
     /// the nearest half; products still accumulate in f32).
-    pub fn upload_as(
-        ctx: &Arc<GpuContext>,
-        rows: usize,
-        cols: usize,
-        data: &[f32],
-        f16: bool,
-    ) -> anyhow::Result<Self> {
+    pub fn upload_as(ctx: &Arc<GpuContext>, rows: usize, cols: usize, data: &[f32], f16: bool) -> anyhow::Result<Self> {
         assert!(rows > 0 && cols > 0, "empty matrices stay on the CPU");
-        anyhow::ensure!(
-            !f16 || ctx.supports_f16(),
-            "this GPU adapter lacks shader-f16; use f32 weights"
-        );
+        anyhow::ensure!(!f16 || ctx.supports_f16(), "this GPU adapter lacks shader-f16; use f32 weights");
         let d = &ctx.device;
         let bytes: Vec<u8> = if f16 {
-            let mut b: Vec<u8> = data
-                .iter()
-                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
-                .collect();
+            let mut b: Vec<u8> = data.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
             b.resize(b.len().div_ceil(4) * 4, 0); // buffers are sized in 4-byte units
             b
         } else {
@@ -221,35 +204,13 @@ impl GpuMat {
             label: Some("matvec"),
             layout: &ctx.layout,
             entries: &[
-                wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: w.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 1,
-                    resource: x.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 2,
-                    resource: y.as_entire_binding(),
-                },
-                wgpu::BindGroupEntry {
-                    binding: 3,
-                    resource: params.as_entire_binding(),
-                },
+                wgpu::BindGroupEntry { binding: 0, resource: w.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: x.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: y.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: params.as_entire_binding() },
             ],
         });
-        Ok(Self {
-            ctx: ctx.clone(),
-            rows,
-            cols,
-            x,
-            y,
-            staging,
-            bind,
-            grid: (gx, gy),
-            f16,
-        })
+        Ok(Self { ctx: ctx.clone(), rows, cols, x, y, staging, bind, grid: (gx, gy), f16 })
     }
 
     /// `out = W · x`, blocking until the result is back in host memory.
@@ -261,25 +222,14 @@ impl GpuMat {
 /// `outs[i] = mats[i] · x` for several matrices sharing one input (q/k/v, gate/up), in a single
 /// submission and a single wait: one GPU round trip instead of one per matrix.
 pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        mats.len() == outs.len(),
-        "matvec_many: {} matrices, {} outputs",
-        mats.len(),
-        outs.len()
-    );
+    anyhow::ensure!(mats.len() == outs.len(), "matvec_many: {} matrices, {} outputs", mats.len(), outs.len());
     let Some(first) = mats.first() else {
         return Ok(());
     };
     let ctx = &first.ctx;
     for (m, o) in mats.iter().zip(outs.iter()) {
-        anyhow::ensure!(
-            Arc::ptr_eq(&m.ctx, ctx),
-            "matrices live on different GPU devices"
-        );
-        anyhow::ensure!(
-            x.len() == m.cols && o.len() == m.rows,
-            "matvec shape mismatch"
-        );
+        anyhow::ensure!(Arc::ptr_eq(&m.ctx, ctx), "matrices live on different GPU devices");
+        anyhow::ensure!(x.len() == m.cols && o.len() == m.rows, "matvec shape mismatch");
     }
     let (d, q) = (&ctx.device, &ctx.queue);
     for m in mats {
@@ -287,10 +237,7 @@ pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyh
     }
     let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
     {
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: None,
-        });
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
         for m in mats {
             let pipeline = match (m.f16, &ctx.pipeline_f16) {
                 (true, Some(p)) => p,
@@ -308,26 +255,20 @@ pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyh
     let (tx, rx) = mpsc::channel();
     for (i, m) in mats.iter().enumerate() {
         let tx = tx.clone();
-        m.staging
-            .slice(..)
-            .map_async(wgpu::MapMode::Read, move |r| {
-                let _ = tx.send((i, r));
-            });
+        m.staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send((i, r));
+        });
     }
     drop(tx);
-    d.poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| anyhow!("GPU poll failed: {e}"))?;
+    d.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow!("GPU poll failed: {e}"))?;
     for _ in 0..mats.len() {
         let (_, r) = rx.recv().context("GPU map callback dropped")?;
         r.map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
     }
     for (m, o) in mats.iter().zip(outs.iter_mut()) {
         {
-            let data = m
-                .staging
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
+            let data =
+                m.staging.slice(..).get_mapped_range().map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
             o.copy_from_slice(bytemuck::cast_slice(&data));
         }
         m.staging.unmap();
@@ -338,15 +279,12 @@ pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyh
 /// Translates the WGSL kernels to Metal Shading Language with naga, the same translation wgpu
 /// performs on a Mac. Lets Linux CI check that every kernel is valid for the Metal backend.
 pub fn wgsl_to_msl(src: &str) -> anyhow::Result<String> {
-    let module =
-        naga::front::wgsl::parse_str(src).map_err(|e| anyhow!("{}", e.emit_to_string(src)))?;
+    let module = naga::front::wgsl::parse_str(src).map_err(|e| anyhow!("{}", e.emit_to_string(src)))?;
     // SHADER_FLOAT16 for the f16 kernel (wgpu enables it only when the device has it).
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::SHADER_FLOAT16,
-    )
-    .validate(&module)
-    .map_err(|e| anyhow!("WGSL validation: {e:?}"))?;
+    let info =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::SHADER_FLOAT16)
+            .validate(&module)
+            .map_err(|e| anyhow!("WGSL validation: {e:?}"))?;
     let (msl, _) = naga::back::msl::write_string(
         &module,
         &info,

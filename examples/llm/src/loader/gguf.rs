@@ -85,11 +85,7 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> anyhow::Result<&'a [u8]> {
         let end = self.pos.checked_add(n).context("offset overflow")?;
-        ensure!(
-            end <= self.b.len(),
-            "truncated GGUF file at byte {}",
-            self.pos
-        );
+        ensure!(end <= self.b.len(), "truncated GGUF file at byte {}", self.pos);
         let s = &self.b[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -195,10 +191,7 @@ impl GgufModel {
         let mut r = Reader { b: &map, pos: 0 };
         ensure!(r.take(4)? == b"GGUF", "not a GGUF file (bad magic)");
         let version = r.u32()?;
-        ensure!(
-            version == 2 || version == 3,
-            "GGUF version {version} unsupported (need 2 or 3)"
-        );
+        ensure!(version == 2 || version == 3, "GGUF version {version} unsupported (need 2 or 3)");
         let n_tensors = r.len()?;
         let n_kv = r.len()?;
         let mut metadata = HashMap::new();
@@ -220,46 +213,25 @@ impl GgufModel {
             dims.reverse();
             let ty = GgmlType::from_id(r.u32()?).with_context(|| format!("tensor {name}"))?;
             let offset = r.u64()? as usize;
-            tensors.insert(
-                name,
-                TensorInfo {
-                    shape: dims,
-                    ty,
-                    offset,
-                },
-            );
+            tensors.insert(name, TensorInfo { shape: dims, ty, offset });
         }
-        let align = metadata
-            .get("general.alignment")
-            .and_then(Value::as_usize)
-            .unwrap_or(32);
+        let align = metadata.get("general.alignment").and_then(Value::as_usize).unwrap_or(32);
         ensure!(align > 0, "zero alignment");
         let data_start = r.pos.div_ceil(align) * align;
         // Validate every tensor's extent now, so later reads cannot go out of bounds.
         for (name, t) in &tensors {
             let n: usize = t.shape.iter().product();
-            let bytes =
-                t.ty.bytes_for(n)
-                    .with_context(|| format!("tensor {name}"))?;
+            let bytes = t.ty.bytes_for(n).with_context(|| format!("tensor {name}"))?;
             let end = data_start + t.offset + bytes;
             ensure!(end <= map.len(), "tensor {name} extends past end of file");
         }
         let config = config_from_metadata(&metadata, &tensors)?;
-        Ok(Self {
-            map,
-            data_start,
-            metadata,
-            tensors,
-            config,
-        })
+        Ok(Self { map, data_start, metadata, tensors, config })
     }
 
     fn info(&self, hf_name: &str) -> anyhow::Result<(&TensorInfo, String)> {
         let g = gguf_name(hf_name).with_context(|| format!("no GGUF name for {hf_name}"))?;
-        let t = self
-            .tensors
-            .get(&g)
-            .with_context(|| format!("tensor {g} ({hf_name}) not in GGUF"))?;
+        let t = self.tensors.get(&g).with_context(|| format!("tensor {g} ({hf_name}) not in GGUF"))?;
         Ok((t, g))
     }
 
@@ -268,15 +240,8 @@ impl GgufModel {
         let Some(tokens) = self.metadata.get("tokenizer.ggml.tokens") else {
             return Ok(None);
         };
-        let model = self
-            .metadata
-            .get("tokenizer.ggml.model")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        ensure!(
-            model == "gpt2",
-            "tokenizer model {model:?} unsupported (only byte-level BPE 'gpt2')"
-        );
+        let model = self.metadata.get("tokenizer.ggml.model").and_then(Value::as_str).unwrap_or("");
+        ensure!(model == "gpt2", "tokenizer model {model:?} unsupported (only byte-level BPE 'gpt2')");
         let tokens: Vec<String> = tokens
             .as_array()
             .context("tokenizer.ggml.tokens is not an array")?
@@ -297,12 +262,7 @@ impl GgufModel {
             .and_then(Value::as_array)
             .map(|a| a.iter().map(|v| v.as_usize().unwrap_or(1) as u32).collect())
             .unwrap_or_default();
-        let id = |k: &str| {
-            self.metadata
-                .get(k)
-                .and_then(Value::as_usize)
-                .map(|v| v as u32)
-        };
+        let id = |k: &str| self.metadata.get(k).and_then(Value::as_usize).map(|v| v as u32);
         let tok = Tokenizer::from_parts(
             tokens,
             &merges,
@@ -311,26 +271,16 @@ impl GgufModel {
             id("tokenizer.ggml.eos_token_id"),
         )?;
         // SmolLM's pre-tokenizer isolates each digit before the GPT-2 regex.
-        let pre = self
-            .metadata
-            .get("tokenizer.ggml.pre")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let pre = self.metadata.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("");
         let mut tok = tok.with_digit_split(pre == "smollm");
         // Byte-level BPE models mostly do not use a BOS token; follow the file when it says.
-        tok.add_bos = matches!(
-            self.metadata.get("tokenizer.ggml.add_bos_token"),
-            Some(Value::Bool(true))
-        );
+        tok.add_bos = matches!(self.metadata.get("tokenizer.ggml.add_bos_token"), Some(Value::Bool(true)));
         Ok(Some(tok))
     }
 
     /// The Jinja chat template string, if the file has one.
     pub fn chat_template(&self) -> Option<String> {
-        self.metadata
-            .get("tokenizer.chat_template")
-            .and_then(Value::as_str)
-            .map(str::to_string)
+        self.metadata.get("tokenizer.chat_template").and_then(Value::as_str).map(str::to_string)
     }
 
     fn bytes(&self, t: &TensorInfo) -> &[u8] {
@@ -342,39 +292,20 @@ fn config_from_metadata(
     md: &HashMap<String, Value>,
     tensors: &HashMap<String, TensorInfo>,
 ) -> anyhow::Result<ModelConfig> {
-    let arch = md
-        .get("general.architecture")
-        .and_then(Value::as_str)
-        .context("missing general.architecture")?;
+    let arch = md.get("general.architecture").and_then(Value::as_str).context("missing general.architecture")?;
     // Only llama is verified end-to-end. Other families change the RoPE convention or add
     // tensors, so refuse rather than produce plausible-looking garbage.
-    ensure!(
-        arch == "llama",
-        "GGUF architecture {arch:?} unsupported (only 'llama')"
-    );
+    ensure!(arch == "llama", "GGUF architecture {arch:?} unsupported (only 'llama')");
     let get = |k: &str| md.get(&format!("{arch}.{k}"));
-    let req = |k: &str| {
-        get(k)
-            .and_then(Value::as_usize)
-            .with_context(|| format!("missing/invalid {arch}.{k}"))
-    };
+    let req = |k: &str| get(k).and_then(Value::as_usize).with_context(|| format!("missing/invalid {arch}.{k}"));
     if let Some(t) = get("rope.scaling.type").and_then(Value::as_str) {
-        ensure!(
-            t == "none",
-            "RoPE scaling {t:?} is not supported by this example"
-        );
+        ensure!(t == "none", "RoPE scaling {t:?} is not supported by this example");
     }
     let hidden = req("embedding_length")?;
     let heads = req("attention.head_count")?;
-    let kv_heads = get("attention.head_count_kv")
-        .and_then(Value::as_usize)
-        .unwrap_or(heads);
-    let embd = tensors
-        .get("token_embd.weight")
-        .context("missing token_embd.weight")?;
-    let vocab = get("vocab_size")
-        .and_then(Value::as_usize)
-        .unwrap_or(embd.shape[0]);
+    let kv_heads = get("attention.head_count_kv").and_then(Value::as_usize).unwrap_or(heads);
+    let embd = tensors.get("token_embd.weight").context("missing token_embd.weight")?;
+    let vocab = get("vocab_size").and_then(Value::as_usize).unwrap_or(embd.shape[0]);
     let head_dim = get("attention.key_length")
         .and_then(Value::as_usize)
         .or_else(|| get("rope.dimension_count").and_then(Value::as_usize))
@@ -387,17 +318,11 @@ fn config_from_metadata(
         num_heads: heads,
         num_kv_heads: kv_heads,
         head_dim,
-        rms_eps: get("attention.layer_norm_rms_epsilon")
-            .and_then(Value::as_f64)
-            .unwrap_or(1e-5) as f32,
-        rope_theta: get("rope.freq_base")
-            .and_then(Value::as_f64)
-            .unwrap_or(10_000.0) as f32,
+        rms_eps: get("attention.layer_norm_rms_epsilon").and_then(Value::as_f64).unwrap_or(1e-5) as f32,
+        rope_theta: get("rope.freq_base").and_then(Value::as_f64).unwrap_or(10_000.0) as f32,
         // llama.cpp's converter permutes Q/K rows so that adjacent-pair RoPE is correct.
         rope_style: RopeStyle::Interleaved,
-        max_seq_len: get("context_length")
-            .and_then(Value::as_usize)
-            .unwrap_or(2048),
+        max_seq_len: get("context_length").and_then(Value::as_usize).unwrap_or(2048),
         tie_embeddings: !tensors.contains_key("output.weight"),
         qkv_bias: tensors.contains_key("blk.0.attn_q.bias"),
         qk_norm: tensors.contains_key("blk.0.attn_q_norm.weight"),
@@ -418,18 +343,11 @@ impl WeightSource for GgufModel {
         let n: usize = t.shape.iter().product();
         let mut data = vec![0f32; n];
         dequantize(t.ty, self.bytes(t), &mut data).with_context(|| format!("tensor {g}"))?;
-        Ok(Tensor {
-            shape: t.shape.clone(),
-            data,
-        })
+        Ok(Tensor { shape: t.shape.clone(), data })
     }
     fn tensor_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Tensor> {
         let (t, g) = self.info(name)?;
-        ensure!(
-            t.shape.len() == 2,
-            "{g}: row slice of a {}-D tensor",
-            t.shape.len()
-        );
+        ensure!(t.shape.len() == 2, "{g}: row slice of a {}-D tensor", t.shape.len());
         ensure!(r.end <= t.shape[0], "{g}: rows {r:?} out of {}", t.shape[0]);
         let cols = t.shape[1];
         // Rows are stored contiguously and whole blocks never straddle rows.
@@ -437,10 +355,7 @@ impl WeightSource for GgufModel {
         let src = &self.bytes(t)[r.start * row_bytes..];
         let mut data = vec![0f32; r.len() * cols];
         dequantize(t.ty, src, &mut data).with_context(|| format!("tensor {g}"))?;
-        Ok(Tensor {
-            shape: vec![r.len(), cols],
-            data,
-        })
+        Ok(Tensor { shape: vec![r.len(), cols], data })
     }
     fn quant_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Option<QuantRows>> {
         let (t, g) = self.info(name)?;

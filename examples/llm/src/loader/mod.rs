@@ -38,10 +38,7 @@ impl Tensor {
     /// Copies rows `r` of a 2-D tensor (column-parallel shard).
     pub fn slice_rows(&self, r: Range<usize>) -> Tensor {
         let c = self.cols();
-        Tensor {
-            shape: vec![r.len(), c],
-            data: self.data[r.start * c..r.end * c].to_vec(),
-        }
+        Tensor { shape: vec![r.len(), c], data: self.data[r.start * c..r.end * c].to_vec() }
     }
     /// Copies columns `r` of a 2-D tensor (row-parallel shard).
     pub fn slice_cols(&self, r: Range<usize>) -> Tensor {
@@ -50,10 +47,7 @@ impl Tensor {
         for row in self.data.chunks_exact(c) {
             data.extend_from_slice(&row[r.clone()]);
         }
-        Tensor {
-            shape: vec![self.rows(), r.len()],
-            data,
-        }
+        Tensor { shape: vec![self.rows(), r.len()], data }
     }
 }
 
@@ -91,27 +85,16 @@ pub struct Checkpoint {
 
 /// Opens a `.gguf` file, or a directory / `.safetensors` file with a `config.json` beside it.
 pub fn open(path: &Path) -> anyhow::Result<Checkpoint> {
-    let is_gguf = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    let is_gguf = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
     if is_gguf {
-        let g = gguf::GgufModel::open(path)
-            .with_context(|| format!("reading GGUF {}", path.display()))?;
+        let g = gguf::GgufModel::open(path).with_context(|| format!("reading GGUF {}", path.display()))?;
         let tokenizer = g.tokenizer()?;
         let chat_template = g.chat_template();
-        Ok(Checkpoint {
-            weights: Box::new(g),
-            tokenizer,
-            chat_template,
-        })
+        Ok(Checkpoint { weights: Box::new(g), tokenizer, chat_template })
     } else {
         let s = safetensors::SafetensorsModel::open(path)
             .with_context(|| format!("reading safetensors checkpoint {}", path.display()))?;
-        Ok(Checkpoint {
-            weights: Box::new(s),
-            tokenizer: None,
-            chat_template: None,
-        })
+        Ok(Checkpoint { weights: Box::new(s), tokenizer: None, chat_template: None })
     }
 }
 

@@ -36,11 +36,7 @@ impl SafetensorsModel {
             let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
             (dir, vec![path.to_path_buf()])
         };
-        anyhow::ensure!(
-            !files.is_empty(),
-            "no .safetensors files in {}",
-            dir.display()
-        );
+        anyhow::ensure!(!files.is_empty(), "no .safetensors files in {}", dir.display());
         let cfg_path = dir.join("config.json");
         let hf: HfConfig = serde_json::from_slice(
             &std::fs::read(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?,
@@ -55,36 +51,22 @@ impl SafetensorsModel {
             // SAFETY: the file is opened read-only; like every mmap-based loader we assume it
             // is not truncated by another process while we read it.
             let map = unsafe { Mmap::map(&file)? };
-            let st = SafeTensors::deserialize(&map)
-                .with_context(|| format!("parsing header of {}", f.display()))?;
+            let st = SafeTensors::deserialize(&map).with_context(|| format!("parsing header of {}", f.display()))?;
             for name in st.names() {
                 index.insert(name.to_string(), i);
             }
             maps.push(map);
         }
-        Ok(Self {
-            config,
-            files: maps,
-            index,
-        })
+        Ok(Self { config, files: maps, index })
     }
 }
 
 fn view_to_f32(v: &TensorView<'_>) -> anyhow::Result<Vec<f32>> {
     let b = v.data();
     Ok(match v.dtype() {
-        Dtype::F32 => b
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        Dtype::F16 => b
-            .chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        Dtype::BF16 => b
-            .chunks_exact(2)
-            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
+        Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        Dtype::F16 => b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        Dtype::BF16 => b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
         other => anyhow::bail!("unsupported safetensors dtype {other:?}"),
     })
 }
@@ -97,16 +79,10 @@ impl WeightSource for SafetensorsModel {
         self.index.contains_key(name)
     }
     fn tensor(&self, name: &str) -> anyhow::Result<Tensor> {
-        let i = *self
-            .index
-            .get(name)
-            .with_context(|| format!("tensor {name} not in checkpoint"))?;
+        let i = *self.index.get(name).with_context(|| format!("tensor {name} not in checkpoint"))?;
         let st = SafeTensors::deserialize(&self.files[i])?;
         let v = st.tensor(name)?;
-        Ok(Tensor {
-            shape: v.shape().to_vec(),
-            data: view_to_f32(&v)?,
-        })
+        Ok(Tensor { shape: v.shape().to_vec(), data: view_to_f32(&v)? })
     }
 }
 
@@ -123,26 +99,14 @@ pub enum StoreDtype {
 
 /// Writes `tensors` to a safetensors file with the given element type (a real file, through
 /// the `safetensors` crate's serialiser).
-pub fn write_safetensors(
-    path: &Path,
-    tensors: &[(String, Tensor)],
-    dtype: StoreDtype,
-) -> anyhow::Result<()> {
+pub fn write_safetensors(path: &Path, tensors: &[(String, Tensor)], dtype: StoreDtype) -> anyhow::Result<()> {
     let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
         .iter()
         .map(|(n, t)| {
             let b: Vec<u8> = match dtype {
                 StoreDtype::F32 => t.data.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                StoreDtype::F16 => t
-                    .data
-                    .iter()
-                    .flat_map(|x| f16::from_f32(*x).to_le_bytes())
-                    .collect(),
-                StoreDtype::BF16 => t
-                    .data
-                    .iter()
-                    .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
-                    .collect(),
+                StoreDtype::F16 => t.data.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect(),
+                StoreDtype::BF16 => t.data.iter().flat_map(|x| bf16::from_f32(*x).to_le_bytes()).collect(),
             };
             (n.clone(), b, t.shape.clone())
         })

@@ -81,11 +81,7 @@ pub fn q8_0(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
         let (d16, d) = h(amax / 127.0);
         b.extend(d16.to_le_bytes());
         for &a in blk {
-            let q = if d == 0.0 {
-                0
-            } else {
-                (a / d).round().clamp(-127.0, 127.0) as i8
-            };
+            let q = if d == 0.0 { 0 } else { (a / d).round().clamp(-127.0, 127.0) as i8 };
             b.push(q as u8);
             v.push(d * q as f32);
         }
@@ -100,16 +96,8 @@ pub fn q4_0(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
         let amax = blk.iter().fold(0f32, |m, a| m.max(a.abs()));
         let (d16, d) = h(amax / 7.0);
         b.extend(d16.to_le_bytes());
-        let q: Vec<u8> = blk
-            .iter()
-            .map(|&a| {
-                if d == 0.0 {
-                    8
-                } else {
-                    ((a / d).round() + 8.0).clamp(0.0, 15.0) as u8
-                }
-            })
-            .collect();
+        let q: Vec<u8> =
+            blk.iter().map(|&a| if d == 0.0 { 8 } else { ((a / d).round() + 8.0).clamp(0.0, 15.0) as u8 }).collect();
         for j in 0..16 {
             b.push(q[j] | (q[j + 16] << 4));
         }
@@ -130,16 +118,8 @@ pub fn q4_1(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
         let (m16, m) = h(lo);
         b.extend(d16.to_le_bytes());
         b.extend(m16.to_le_bytes());
-        let q: Vec<u8> = blk
-            .iter()
-            .map(|&a| {
-                if d == 0.0 {
-                    0
-                } else {
-                    ((a - m) / d).round().clamp(0.0, 15.0) as u8
-                }
-            })
-            .collect();
+        let q: Vec<u8> =
+            blk.iter().map(|&a| if d == 0.0 { 0 } else { ((a - m) / d).round().clamp(0.0, 15.0) as u8 }).collect();
         for j in 0..16 {
             b.push(q[j] | (q[j + 16] << 4));
         }
@@ -152,10 +132,7 @@ pub fn q4_1(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
 
 /// F16 encode.
 pub fn f16s(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
-    let b = x
-        .iter()
-        .flat_map(|a| f16::from_f32(*a).to_le_bytes())
-        .collect();
+    let b = x.iter().flat_map(|a| f16::from_f32(*a).to_le_bytes()).collect();
     (b, x.iter().map(|a| h(*a).1).collect())
 }
 

@@ -8,7 +8,6 @@ pub mod reference;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use boltccl_llm::comm::Comm;
 use boltccl_llm::config::RopeStyle;
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::loader::safetensors::{write_safetensors, StoreDtype};
@@ -71,35 +70,21 @@ impl Spec {
 
 fn randn(rng: &mut Rng, n: usize, std: f32) -> Vec<f32> {
     // Sum of uniforms: cheap, roughly Gaussian, deterministic.
-    (0..n)
-        .map(|_| ((0..4).map(|_| rng.next_f32()).sum::<f32>() - 2.0) * std * 1.7)
-        .collect()
+    (0..n).map(|_| ((0..4).map(|_| rng.next_f32()).sum::<f32>() - 2.0) * std * 1.7).collect()
 }
 
 fn t(shape: &[usize], data: Vec<f32>) -> Tensor {
-    Tensor {
-        shape: shape.to_vec(),
-        data,
-    }
+    Tensor { shape: shape.to_vec(), data }
 }
 
 /// Seeded tensors with Hugging Face names.
 pub fn tensors(s: &Spec) -> Vec<(String, Tensor)> {
     let mut rng = Rng::new(s.seed);
     let (h, hd) = (s.hidden, s.head_dim);
-    let w =
-        |rng: &mut Rng, r: usize, c: usize| t(&[r, c], randn(rng, r * c, 1.0 / (c as f32).sqrt()));
-    let norm = |rng: &mut Rng, n: usize| {
-        t(
-            &[n],
-            randn(rng, n, 0.1).into_iter().map(|x| 1.0 + x).collect(),
-        )
-    };
+    let w = |rng: &mut Rng, r: usize, c: usize| t(&[r, c], randn(rng, r * c, 1.0 / (c as f32).sqrt()));
+    let norm = |rng: &mut Rng, n: usize| t(&[n], randn(rng, n, 0.1).into_iter().map(|x| 1.0 + x).collect());
     let mut v = vec![
-        (
-            "model.embed_tokens.weight".to_string(),
-            t(&[s.vocab, h], randn(&mut rng, s.vocab * h, 0.25)),
-        ),
+        ("model.embed_tokens.weight".to_string(), t(&[s.vocab, h], randn(&mut rng, s.vocab * h, 0.25))),
         ("model.norm.weight".to_string(), norm(&mut rng, h)),
     ];
     if !s.tie {
@@ -110,31 +95,16 @@ pub fn tensors(s: &Spec) -> Vec<(String, Tensor)> {
         v.push((p("input_layernorm.weight"), norm(&mut rng, h)));
         v.push((p("post_attention_layernorm.weight"), norm(&mut rng, h)));
         v.push((p("self_attn.q_proj.weight"), w(&mut rng, s.heads * hd, h)));
-        v.push((
-            p("self_attn.k_proj.weight"),
-            w(&mut rng, s.kv_heads * hd, h),
-        ));
-        v.push((
-            p("self_attn.v_proj.weight"),
-            w(&mut rng, s.kv_heads * hd, h),
-        ));
+        v.push((p("self_attn.k_proj.weight"), w(&mut rng, s.kv_heads * hd, h)));
+        v.push((p("self_attn.v_proj.weight"), w(&mut rng, s.kv_heads * hd, h)));
         v.push((p("self_attn.o_proj.weight"), w(&mut rng, h, s.heads * hd)));
         v.push((p("mlp.gate_proj.weight"), w(&mut rng, s.ffn, h)));
         v.push((p("mlp.up_proj.weight"), w(&mut rng, s.ffn, h)));
         v.push((p("mlp.down_proj.weight"), w(&mut rng, h, s.ffn)));
         if s.model_type == "qwen2" {
-            v.push((
-                p("self_attn.q_proj.bias"),
-                t(&[s.heads * hd], randn(&mut rng, s.heads * hd, 0.5)),
-            ));
-            v.push((
-                p("self_attn.k_proj.bias"),
-                t(&[s.kv_heads * hd], randn(&mut rng, s.kv_heads * hd, 0.5)),
-            ));
-            v.push((
-                p("self_attn.v_proj.bias"),
-                t(&[s.kv_heads * hd], randn(&mut rng, s.kv_heads * hd, 0.5)),
-            ));
+            v.push((p("self_attn.q_proj.bias"), t(&[s.heads * hd], randn(&mut rng, s.heads * hd, 0.5))));
+            v.push((p("self_attn.k_proj.bias"), t(&[s.kv_heads * hd], randn(&mut rng, s.kv_heads * hd, 0.5))));
+            v.push((p("self_attn.v_proj.bias"), t(&[s.kv_heads * hd], randn(&mut rng, s.kv_heads * hd, 0.5))));
         }
         if s.model_type == "qwen3" {
             v.push((p("self_attn.q_norm.weight"), norm(&mut rng, hd)));
@@ -186,11 +156,7 @@ pub fn write_config(dir: &Path, s: &Spec) {
         "tie_word_embeddings": s.tie,
         "rope_style": rope,
     });
-    std::fs::write(
-        dir.join("config.json"),
-        serde_json::to_vec_pretty(&cfg).unwrap(),
-    )
-    .unwrap();
+    std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
 }
 
 /// Runs greedy generation on `tp` in-process ranks; returns rank 0's output (tokens + logits)
@@ -200,13 +166,7 @@ pub fn run_tp(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize) -> Ge
 }
 
 /// [`run_tp`] with explicit weight storage options.
-pub fn run_tp_with(
-    src: &dyn WeightSource,
-    tp: usize,
-    prompt: &[u32],
-    n: usize,
-    opts: LoadOptions,
-) -> GenOutput {
+pub fn run_tp_with(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize, opts: LoadOptions) -> GenOutput {
     let world = boltccl::Group::local_world(tp);
     let outs: Vec<GenOutput> = std::thread::scope(|s| {
         let hs: Vec<_> = world
@@ -215,12 +175,7 @@ pub fn run_tp_with(
                 s.spawn(move || {
                     let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
                     let model = Model::load_with(src, plan, opts).unwrap();
-                    let opts = GenOptions {
-                        max_tokens: n,
-                        stop_token: None,
-                        record_logits: true,
-                        check_sync: true,
-                    };
+                    let opts = GenOptions { max_tokens: n, stop_token: None, record_logits: true, check_sync: true };
                     generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
                 })
             })
@@ -241,10 +196,7 @@ pub fn open(dir: &Path) -> Box<dyn WeightSource> {
 /// Largest absolute difference between two logit sequences.
 pub fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs()))
-        .fold(0.0, f32::max)
+    a.iter().zip(b).flat_map(|(x, y)| x.iter().zip(y).map(|(p, q)| (p - q).abs())).fold(0.0, f32::max)
 }
 
 /// Path of the SmolLM2 GGUF if present (fetching it with `fetch-model.sh` when allowed).
@@ -253,17 +205,13 @@ pub fn smollm2_path() -> Option<PathBuf> {
     let name = "SmolLM2-135M-Instruct.Q4_1.gguf";
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cache = root.join("../../target/models");
-    let p = std::env::var_os("BOLTCCL_LLM_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache.join(name));
+    let p = std::env::var_os("BOLTCCL_LLM_MODEL").map(PathBuf::from).unwrap_or_else(|| cache.join(name));
     if p.is_file() {
         return Some(p);
     }
     if std::env::var_os("BOLTCCL_LLM_FETCH").is_some() {
-        let ok = std::process::Command::new(root.join("fetch-model.sh"))
-            .arg(&cache)
-            .status()
-            .is_ok_and(|s| s.success());
+        let ok =
+            std::process::Command::new(root.join("fetch-model.sh")).arg(&cache).status().is_ok_and(|s| s.success());
         if ok && p.is_file() {
             return Some(p);
         }

@@ -11,23 +11,13 @@ fn get(src: &dyn WeightSource, n: &str) -> Vec<f32> {
 
 fn lin(w: &[f32], x: &[f32]) -> Vec<f32> {
     let cols = x.len();
-    w.chunks(cols)
-        .map(|r| {
-            r.iter()
-                .zip(x)
-                .map(|(a, b)| *a as f64 * *b as f64)
-                .sum::<f64>() as f32
-        })
-        .collect()
+    w.chunks(cols).map(|r| r.iter().zip(x).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() as f32).collect()
 }
 
 fn norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
     let s = 1.0 / (ms + eps as f64).sqrt();
-    x.iter()
-        .zip(w)
-        .map(|(a, b)| (*a as f64 * s) as f32 * b)
-        .collect()
+    x.iter().zip(w).map(|(a, b)| (*a as f64 * s) as f32 * b).collect()
 }
 
 fn rotate(v: &mut [f32], pos: usize, theta: f32, style: RopeStyle) {
@@ -49,10 +39,7 @@ pub fn logits(src: &dyn WeightSource, tokens: &[u32]) -> Vec<f32> {
     let c = src.config().clone();
     let (h, hd) = (c.hidden_size, c.head_dim);
     let emb = get(src, "model.embed_tokens.weight");
-    let mut xs: Vec<Vec<f32>> = tokens
-        .iter()
-        .map(|&t| emb[t as usize * h..(t as usize + 1) * h].to_vec())
-        .collect();
+    let mut xs: Vec<Vec<f32>> = tokens.iter().map(|&t| emb[t as usize * h..(t as usize + 1) * h].to_vec()).collect();
     for l in 0..c.num_layers {
         let p = |s: &str| format!("model.layers.{l}.{s}");
         let opt = |s: &str| src.contains(&p(s)).then(|| get(src, &p(s)));
@@ -62,15 +49,8 @@ pub fn logits(src: &dyn WeightSource, tokens: &[u32]) -> Vec<f32> {
             get(src, &p("self_attn.v_proj.weight")),
             get(src, &p("self_attn.o_proj.weight")),
         );
-        let (bq, bk, bv) = (
-            opt("self_attn.q_proj.bias"),
-            opt("self_attn.k_proj.bias"),
-            opt("self_attn.v_proj.bias"),
-        );
-        let (qn, kn) = (
-            opt("self_attn.q_norm.weight"),
-            opt("self_attn.k_norm.weight"),
-        );
+        let (bq, bk, bv) = (opt("self_attn.q_proj.bias"), opt("self_attn.k_proj.bias"), opt("self_attn.v_proj.bias"));
+        let (qn, kn) = (opt("self_attn.q_norm.weight"), opt("self_attn.k_norm.weight"));
         let an = get(src, &p("input_layernorm.weight"));
         let fnw = get(src, &p("post_attention_layernorm.weight"));
         let mut qs = Vec::new();
@@ -110,11 +90,7 @@ pub fn logits(src: &dyn WeightSource, tokens: &[u32]) -> Vec<f32> {
                 let sc: Vec<f64> = (0..=pos)
                     .map(|j| {
                         let k = &ks[j][kvh * hd..(kvh + 1) * hd];
-                        q.iter()
-                            .zip(k)
-                            .map(|(a, b)| *a as f64 * *b as f64)
-                            .sum::<f64>()
-                            / (hd as f64).sqrt()
+                        q.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() / (hd as f64).sqrt()
                     })
                     .collect();
                 let m = sc.iter().cloned().fold(f64::MIN, f64::max);
@@ -131,26 +107,15 @@ pub fn logits(src: &dyn WeightSource, tokens: &[u32]) -> Vec<f32> {
             let yn = norm(&y, &fnw, c.rms_eps);
             let g = lin(&get(src, &p("mlp.gate_proj.weight")), &yn);
             let u = lin(&get(src, &p("mlp.up_proj.weight")), &yn);
-            let a: Vec<f32> = g
-                .iter()
-                .zip(&u)
-                .map(|(g, u)| (*g as f64 / (1.0 + (-*g as f64).exp())) as f32 * u)
-                .collect();
+            let a: Vec<f32> =
+                g.iter().zip(&u).map(|(g, u)| (*g as f64 / (1.0 + (-*g as f64).exp())) as f32 * u).collect();
             let d = lin(&get(src, &p("mlp.down_proj.weight")), &a);
             y.iter_mut().zip(&d).for_each(|(a, b)| *a += b);
             new_xs.push(y);
         }
         xs = new_xs;
     }
-    let last = norm(
-        xs.last().unwrap(),
-        &get(src, "model.norm.weight"),
-        c.rms_eps,
-    );
-    let head = if src.contains("lm_head.weight") && !c.tie_embeddings {
-        get(src, "lm_head.weight")
-    } else {
-        emb
-    };
+    let last = norm(xs.last().unwrap(), &get(src, "model.norm.weight"), c.rms_eps);
+    let head = if src.contains("lm_head.weight") && !c.tie_embeddings { get(src, "lm_head.weight") } else { emb };
     lin(&head, &last)
 }
