@@ -219,7 +219,8 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
     let elems = largest.div_ceil(4 * n) * n;
     let mut a = vec![0f32; elems];
     let mut b = vec![0f32; elems];
-    let user_mib = 2.0 * (elems * 4) as f64 / (1 << 20) as f64;
+    // User buffer memory actually touched so far (pages never written are not resident).
+    let mut touched = 0usize;
     let cfg = g.config();
     if rank == 0 {
         println!(
@@ -288,6 +289,12 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
             };
             all_ok &= correct != Some(false);
             let bytes = count * 4;
+            touched = touched.max(match op {
+                Op::AllSum | Op::Broadcast => bytes,
+                Op::AllGather | Op::ReduceScatter => bytes + bytes / n,
+                Op::Sendrecv => 2 * bytes,
+            });
+            let user_mib = touched as f64 / (1 << 20) as f64;
             let algbw = bytes as f64 / (med[0] * 1e-6) / 1e9;
             let rec = Record {
                 peer: args.label.clone(),
@@ -334,8 +341,10 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
     let mut peak = [peak_rss_mib()];
     g.all_max(&mut peak).map_err(|e| e.to_string())?;
     if rank == 0 {
+        let user_mib = touched as f64 / (1 << 20) as f64;
         println!(
-            "# memory: peak RSS of the largest rank {:.0} MiB, of which user buffers {:.0} MiB: library overhead at most {:.0} MiB",
+            "# memory: peak RSS of the largest rank {:.0} MiB, of which user buffers touched {:.0} MiB: \
+             everything else (library, scratch, program) at most {:.0} MiB",
             peak[0],
             user_mib,
             (peak[0] - user_mib).max(0.0)
