@@ -118,6 +118,19 @@ impl WaitPolicy {
         WaitPolicy { hard, soft }
     }
 
+    /// Spin or yield as the policy says for `idle` without progress, and return `false`
+    /// (check again); return `true` when the caller should sleep instead. The yielding phase
+    /// matters on loopback, where the kernel may hand delivery to ksoftirqd, which a hard
+    /// spinner would starve until it slept.
+    pub fn pause(&self, idle: Duration) -> bool {
+        match self.step(idle) {
+            WaitStep::Spin => std::hint::spin_loop(),
+            WaitStep::Yield => std::thread::yield_now(),
+            WaitStep::Block => return true,
+        }
+        false
+    }
+
     /// The next step after `idle` without progress.
     pub fn step(&self, idle: Duration) -> WaitStep {
         if idle < self.hard {

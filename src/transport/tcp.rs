@@ -10,7 +10,7 @@
 //! also keeps its bootstrap connection to rank 0 as a control channel; rank 0 relays aborts
 //! and notices dead ranks, so ranks that were not talking to a failed rank learn of it too.
 
-use super::{abort_fields, Limits, OnRecv, RecvOp, SendOp, Transport, WaitPolicy, WaitStep};
+use super::{abort_fields, Limits, OnRecv, RecvOp, SendOp, Transport, WaitPolicy};
 use crate::error::Error;
 use crate::wire::{self, Header, Kind, HEADER_LEN, MAX_REASON};
 use rustix::event::{poll, PollFd, PollFlags};
@@ -414,18 +414,8 @@ impl TcpTransport {
                 last_progress = now;
                 continue;
             }
-            // On loopback the kernel may hand delivery to ksoftirqd, which a hard spinner
-            // would starve until it sleeps: hence the yielding phase.
-            match self.wait.step(now.duration_since(last_progress)) {
-                WaitStep::Spin => {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                WaitStep::Yield => {
-                    std::thread::yield_now();
-                    continue;
-                }
-                WaitStep::Block => {}
+            if !self.wait.pause(now.duration_since(last_progress)) {
+                continue;
             }
             let deadline = last_progress + limits.timeout;
             if now >= deadline {

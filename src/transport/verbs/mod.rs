@@ -19,7 +19,7 @@ pub mod topology;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::transport::tcp::TcpTransport;
-use crate::transport::{Limits, OnRecv, RecvOp, SendOp, Transport, WaitPolicy, WaitStep};
+use crate::transport::{Limits, OnRecv, RecvOp, SendOp, Transport, WaitPolicy};
 use crate::wire::{Coll, Header, HEADER_LEN};
 use errors::Verb;
 use ffi::Context;
@@ -472,16 +472,8 @@ impl VerbsTransport {
                 last_progress = now;
                 continue;
             }
-            match self.wait.step(now.duration_since(last_progress)) {
-                WaitStep::Spin => {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                WaitStep::Yield => {
-                    std::thread::yield_now();
-                    continue;
-                }
-                WaitStep::Block => {}
+            if !self.wait.pause(now.duration_since(last_progress)) {
+                continue;
             }
             if now >= last_progress + limits.timeout {
                 let rank = self
