@@ -6,7 +6,7 @@
 //! the minimum for an all-reduce, over all P-1 links in parallel.
 
 use super::plan::{bytes, partition, piece_count, pieces};
-use super::{bytes_of, fold_rank_order, split_ranges, Ctx};
+use super::{bytes_of, cut, cut_mut, fold_rank_order, split_ranges, Ctx};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
@@ -97,8 +97,7 @@ pub(crate) fn all_gather_ranges(ctx: &mut Ctx<'_>, shards: &[Range<usize>], buf:
     let mine: &[u8] = mine;
     let batch = MAX_BATCH_GATHER;
     let npieces = shards.iter().map(|r| piece_count(r.len(), chunk)).max().unwrap_or(1);
-    let mut region_pieces: Vec<Vec<&mut [u8]>> =
-        regions.into_iter().map(|r| if r.is_empty() { vec![r] } else { r.chunks_mut(chunk).collect() }).collect();
+    let mut region_pieces: Vec<Vec<&mut [u8]>> = regions.into_iter().map(|r| cut_mut(r, chunk)).collect();
     for b in 0..npieces.div_ceil(batch) {
         let first = b * batch;
         let mut sends = Vec::new();
@@ -129,24 +128,6 @@ pub(crate) fn all_gather_ranges(ctx: &mut Ctx<'_>, shards: &[Range<usize>], buf:
 /// Pieces per peer per all-gather exchange (no scratch is involved, so only the part
 /// numbering limits it).
 const MAX_BATCH_GATHER: usize = 1024;
-
-/// Cut a region into chunk pieces; an empty region is one empty piece (as [`pieces`] plans).
-fn cut<T: AsRef<[u8]> + ?Sized>(r: &T, chunk: usize) -> Vec<&[u8]> {
-    let r = r.as_ref();
-    if r.is_empty() {
-        vec![r]
-    } else {
-        r.chunks(chunk).collect()
-    }
-}
-
-fn cut_mut(r: &mut [u8], chunk: usize) -> Vec<&mut [u8]> {
-    if r.is_empty() {
-        vec![r]
-    } else {
-        r.chunks_mut(chunk).collect()
-    }
-}
 
 /// All-reduce by reduce-scatter + all-gather, overlapped: exchange `b` carries batch `b` of
 /// the reduce-scatter and batch `b - 1` of the all-gather (pieces reduced during exchange
@@ -306,11 +287,8 @@ pub(crate) fn broadcast(ctx: &mut Ctx<'_>, buf: &mut [u8], root: usize, elem: us
 
 /// Receive ops for `buf` in chunk pieces from group rank `from`.
 pub(crate) fn recv_pieces<'b>(ctx: &Ctx<'_>, from: usize, buf: &'b mut [u8], phase: u32) -> Vec<RecvOp<'b>> {
-    let chunk = ctx.chunk;
-    if buf.is_empty() {
-        return vec![RecvOp { peer: ctx.peer(from), expect: ctx.hdr(phase, 0, 0, 0), buf }];
-    }
-    buf.chunks_mut(chunk)
+    cut_mut(buf, ctx.chunk)
+        .into_iter()
         .enumerate()
         .map(|(k, piece)| RecvOp { peer: ctx.peer(from), expect: ctx.hdr(phase, 0, k % 4096, piece.len()), buf: piece })
         .collect()

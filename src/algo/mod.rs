@@ -98,6 +98,25 @@ pub(crate) fn split_ranges<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -
     out
 }
 
+/// Cut a region into chunk pieces; an empty region is one empty piece (as [`plan::pieces`] plans).
+pub(crate) fn cut<T: AsRef<[u8]> + ?Sized>(r: &T, chunk: usize) -> Vec<&[u8]> {
+    let r = r.as_ref();
+    if r.is_empty() {
+        vec![r]
+    } else {
+        r.chunks(chunk).collect()
+    }
+}
+
+/// [`cut`] for a buffer that is written.
+pub(crate) fn cut_mut(r: &mut [u8], chunk: usize) -> Vec<&mut [u8]> {
+    if r.is_empty() {
+        vec![r]
+    } else {
+        r.chunks_mut(chunk).collect()
+    }
+}
+
 /// Fold the contributions of ranks 0..p to one piece into `out`, in rank order.
 /// `other(q)` gives rank q's contribution (q != me). `local` is this rank's, or `None` when it
 /// is already in `out` (in place). `tmp` is a spare piece-sized buffer. Both forms build the

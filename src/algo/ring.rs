@@ -5,7 +5,7 @@
 //! Large buffers are cut into segments so that scratch stays inside the budget.
 
 use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
-use super::{bytes_of, split_ranges, Ctx};
+use super::{bytes_of, cut_mut, split_ranges, Ctx};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::reduce::{combine, fold, Order};
@@ -24,13 +24,8 @@ pub(crate) fn all_reduce(
     input: Option<&[u8]>,
     buf: &mut [u8],
 ) -> Result<()> {
+    // A group of one never gets here: `Group` copies the input itself.
     let (p, e) = (ctx.size(), dtype.size());
-    if p == 1 {
-        if let Some(input) = input {
-            buf.copy_from_slice(input);
-        }
-        return Ok(());
-    }
     let block_pieces = ctx.batch(2);
     let block_max = block_pieces * ctx.chunk / e;
     let segment = block_max * p * 2;
@@ -163,11 +158,7 @@ fn segment_all_reduce(
         let mut recvs = Vec::new();
         for (di, block) in recv_blocks.iter_mut().enumerate() {
             let from = ctx.peer(plan[di].1);
-            if block.is_empty() {
-                recvs.push(RecvOp { peer: from, expect: ctx.hdr(PHASE_GATHER, segment, di, 0), buf: &mut block[..] });
-                continue;
-            }
-            for (k, piece) in block.chunks_mut(chunk).enumerate() {
+            for (k, piece) in cut_mut(block, chunk).into_iter().enumerate() {
                 let len = piece.len();
                 recvs.push(RecvOp { peer: from, expect: ctx.hdr(PHASE_GATHER, segment, k * 2 + di, len), buf: piece });
             }
