@@ -16,6 +16,7 @@ BYTES="${2:-67108864}"
 ITERS="${BENCH_ITERS:-3}"
 N="${BENCH_RANKS:-4}"
 TAG="bb$$"
+RPS_MASK=$(printf '%x' $(( (1 << $(nproc)) - 1 )))
 cd "$(dirname "$0")/.."
 
 cargo build -j1 --release --example allsum_size -p boltccl -p softverbs >&2
@@ -52,6 +53,10 @@ for i in $(seq 0 $((N - 1))); do
             # softverbs sends 4 KiB-MTU fragments as single UDP datagrams: a 1500-byte link
             # would IP-fragment them, and reassembly limits drop whole datagrams under load.
             ip -n "$ns" link set "$dev" mtu 9000 up
+            # veth delivers into the backlog of whichever CPU dequeued the packet from tbf, so
+            # one flow can be reordered across CPUs; RPS steers each flow to one CPU, keeping
+            # the link in order as a cable is (UC drops a message whose fragments reorder).
+            ip netns exec "$ns" sh -c "echo $RPS_MASK > /sys/class/net/$dev/queues/rx-0/rps_cpus"
             # A large limit: tbf delays instead of dropping, so UDP senders are paced by
             # their socket buffers (UC would turn drops into errors).
             ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$RATE" burst 64kb limit 64mb

@@ -588,6 +588,19 @@ fn ip(args: &[&str]) -> bool {
         .unwrap_or(false)
 }
 
+/// veth hands a packet to the backlog of whichever CPU sent it, so a flow whose sender thread
+/// migrates can be reordered; a cable never reorders, and UC drops a message whose fragments
+/// do. RPS steers each flow to one CPU. Best effort: without it the test may still pass.
+fn steer_flows_to_one_cpu(ns: &str, dev: &str) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(32);
+    let mask = format!("{:x}", (1u64 << cpus) - 1);
+    let path = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", &format!("echo {mask} > {path}")])
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
 impl MeshNetns {
     fn iface(&self, i: usize, j: usize) -> String {
         format!("bc{}{i}{j}", self.tag)
@@ -630,6 +643,8 @@ impl MeshNetns {
                 if !ok {
                     return None;
                 }
+                steer_flows_to_one_cpu(&ns.names[i], &a);
+                steer_flows_to_one_cpu(&ns.names[j], &b);
             }
         }
         for i in 0..n {
