@@ -40,7 +40,7 @@ env_vars! {
     CHUNK_BYTES = "BOLTCCL_CHUNK_BYTES", "1048576", "Pipelining unit: large transfers move in chunks of this many bytes. Must agree on all ranks.";
     MESH_MAX_BYTES = "BOLTCCL_MESH_MAX_BYTES", "65536", "With ALGO=auto, reductions up to this many bytes use the one-step mesh algorithm. Must agree on all ranks.";
     TCP_STREAMS = "BOLTCCL_TCP_STREAMS", "1", "TCP connections per peer; chunks are striped across them. Must agree on all ranks.";
-    SPIN_US = "BOLTCCL_SPIN_US", "auto", "Microseconds to busy-poll before sleeping (default 50). The first quarter spins hard, the rest yields the CPU between checks; hard spinning is skipped when this host runs more ranks than it has cores.";
+    SPIN_US = "BOLTCCL_SPIN_US", "auto", "Microseconds to poll before sleeping. Default: 1000 when this host has a core per rank (the first quarter, at most 50, spins hard; the rest yields between checks), 0 when ranks outnumber cores (a waiting rank would take CPU from the one it waits for; a value set here then only yields).";
     BIND = "BOLTCCL_BIND", "", "Local IP for this rank's data listener. Default: the hostfile address, else the address this host uses to reach the coordinator. Never all interfaces unless you say 0.0.0.0.";
     LOCAL_WORLD_SIZE = "BOLTCCL_LOCAL_WORLD_SIZE", "", "Ranks on this host (set by the launcher; used to decide whether busy-polling is safe).";
     HOSTFILE = "BOLTCCL_HOSTFILE", "", "JSON hostfile: a list of lists of \"ip:port\" per rank (MLX ring format), or MLX launcher host entries. Falls back to MLX_HOSTFILE.";

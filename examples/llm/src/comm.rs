@@ -1,12 +1,11 @@
 //! The collective-communication seam.
 //!
 //! Everything the model needs from the network goes through [`Comm`]: two `all_sum`s per layer
-//! and one token broadcast per step. It mirrors the subset of `boltccl::Group` the example uses,
-//! so swapping in the real library is one `impl Comm for boltccl::Group` (see `BoltGroup` once
-//! boltccl lands on main).
+//! and one token broadcast per step (plus, once at the end, a gather and a few pings for the
+//! timing report). It mirrors the subset of `boltccl::Group` the example uses; tests wrap it to
+//! inject faults.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use crate::timing::{now_ns, CallLog};
 
 /// Minimal collective interface used by the tensor-parallel model.
 ///
@@ -22,6 +21,19 @@ pub trait Comm: Send + Sync {
     fn all_sum(&self, x: &mut [f32]) -> anyhow::Result<()>;
     /// In-place broadcast of `x` from rank `root` to every rank.
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()>;
+    /// Every rank's `mine` (the same length everywhere), concatenated in rank order. Used
+    /// once, after generation, for the timing report.
+    fn all_gather_u64(&self, _mine: &[u64]) -> anyhow::Result<Vec<u64>> {
+        anyhow::bail!("this Comm cannot gather (timing report unavailable)")
+    }
+    /// Send `x` to rank `peer` (for the timing report's clock alignment).
+    fn send_u64(&self, _x: &[u64], _peer: usize) -> anyhow::Result<()> {
+        anyhow::bail!("this Comm has no point-to-point send (timing report unavailable)")
+    }
+    /// Receive `x` from rank `peer` (for the timing report's clock alignment).
+    fn recv_u64(&self, _x: &mut [u64], _peer: usize) -> anyhow::Result<()> {
+        anyhow::bail!("this Comm has no point-to-point receive (timing report unavailable)")
+    }
 }
 
 /// A group of one: the TP=1 baseline. Collectives are no-ops.
@@ -40,6 +52,9 @@ impl Comm for SingleRank {
     }
     fn broadcast_u32(&self, _x: &mut [u32], _root: usize) -> anyhow::Result<()> {
         Ok(())
+    }
+    fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
+        Ok(mine.to_vec())
     }
 }
 
@@ -61,24 +76,36 @@ impl Comm for boltccl::Group {
         boltccl::Group::broadcast(self, x, root)?;
         Ok(())
     }
+    fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
+        let mut out = vec![0u64; mine.len() * Comm::size(self)];
+        boltccl::Group::all_gather(self, mine, &mut out)?;
+        Ok(out)
+    }
+    fn send_u64(&self, x: &[u64], peer: usize) -> anyhow::Result<()> {
+        boltccl::Group::send(self, x, peer)?;
+        Ok(())
+    }
+    fn recv_u64(&self, x: &mut [u64], peer: usize) -> anyhow::Result<()> {
+        boltccl::Group::recv(self, x, peer)?;
+        Ok(())
+    }
 }
 
-/// Wraps a [`Comm`] and measures time spent inside `all_sum` (for the "share of time in
-/// all_sum" figure the CLI prints).
+/// Wraps a [`Comm`] and logs when each `all_sum` was entered and left (for the "share of
+/// time in all_sum" figures the CLI prints; see [`crate::timing`]).
 pub struct TimedComm<C> {
     inner: C,
-    all_sum_time: Mutex<Duration>,
-    all_sum_calls: Mutex<u64>,
+    log: CallLog,
 }
 
 impl<C: Comm> TimedComm<C> {
     /// Wraps `inner`.
     pub fn new(inner: C) -> Self {
-        Self { inner, all_sum_time: Mutex::new(Duration::ZERO), all_sum_calls: Mutex::new(0) }
+        Self { inner, log: CallLog::default() }
     }
-    /// Total time spent in `all_sum` so far, and the number of calls.
-    pub fn all_sum_stats(&self) -> (Duration, u64) {
-        (*self.all_sum_time.lock().unwrap(), *self.all_sum_calls.lock().unwrap())
+    /// The all_sum calls so far.
+    pub fn log(&self) -> &CallLog {
+        &self.log
     }
 }
 
@@ -90,14 +117,22 @@ impl<C: Comm> Comm for TimedComm<C> {
         self.inner.size()
     }
     fn all_sum(&self, x: &mut [f32]) -> anyhow::Result<()> {
-        let t = Instant::now();
+        let enter = now_ns();
         let r = self.inner.all_sum(x);
-        *self.all_sum_time.lock().unwrap() += t.elapsed();
-        *self.all_sum_calls.lock().unwrap() += 1;
+        self.log.push(enter, now_ns());
         r
     }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         self.inner.broadcast_u32(x, root)
+    }
+    fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
+        self.inner.all_gather_u64(mine)
+    }
+    fn send_u64(&self, x: &[u64], peer: usize) -> anyhow::Result<()> {
+        self.inner.send_u64(x, peer)
+    }
+    fn recv_u64(&self, x: &mut [u64], peer: usize) -> anyhow::Result<()> {
+        self.inner.recv_u64(x, peer)
     }
 }
 
@@ -113,5 +148,14 @@ impl<C: Comm + ?Sized> Comm for &C {
     }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         (**self).broadcast_u32(x, root)
+    }
+    fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
+        (**self).all_gather_u64(mine)
+    }
+    fn send_u64(&self, x: &[u64], peer: usize) -> anyhow::Result<()> {
+        (**self).send_u64(x, peer)
+    }
+    fn recv_u64(&self, x: &mut [u64], peer: usize) -> anyhow::Result<()> {
+        (**self).recv_u64(x, peer)
     }
 }

@@ -46,6 +46,8 @@ pub struct GenOutput {
     pub prefill: Duration,
     /// Time from the first generated token to the last.
     pub decode: Duration,
+    /// When decoding began, on this host's wall clock in ns ([`crate::timing::now_ns`]).
+    pub decode_start_ns: u64,
 }
 
 /// Runs prefill on `prompt` and then up to `opts.max_tokens` decode steps. Every rank must call
@@ -72,6 +74,7 @@ pub fn generate(
     out.prefill = t0.elapsed();
 
     let t1 = Instant::now();
+    out.decode_start_ns = crate::timing::now_ns();
     for step in 0..opts.max_tokens {
         let mut tok = [0u32];
         if let Some(l) = &logits {

@@ -17,4 +17,5 @@ pub mod ops;
 pub mod quant;
 pub mod sample;
 pub mod shard;
+pub mod timing;
 pub mod tokenizer;

@@ -174,9 +174,14 @@ fn run_rank(
     Ok(out)
 }
 
-fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) {
-    let (ar, calls) = comm.all_sum_stats();
-    let total = out.prefill + out.decode;
+/// Every rank: gather the all_sum logs; rank 0: print the rates and where the time went.
+fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) -> anyhow::Result<()> {
+    let log = comm.log().calls();
+    // Ranks run the same calls in lock-step, so rank 0's index of the first decode call holds
+    // everywhere.
+    let first = log.iter().position(|&(enter, _)| enter >= out.decode_start_ns).unwrap_or(log.len());
+    let split = boltccl_llm::timing::gather_split(comm, comm.log(), first)?;
+    let Some((split, clock_bound)) = split else { return Ok(()) };
     let n_dec = out.tokens.len().saturating_sub(1);
     println!();
     eprintln!(
@@ -187,20 +192,21 @@ fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) {
     );
     // The first generated token comes from the prefill logits, so decode rate counts the
     // forward passes made after it.
+    let decode = out.decode.as_secs_f64().max(1e-9);
+    eprintln!("decode:  {} tokens in {:.3}s = {:.2} tok/s", n_dec, out.decode.as_secs_f64(), n_dec as f64 / decode);
+    let pct = |ns: u64| 100.0 * ns as f64 * 1e-9 / decode;
+    let total = split.waiting_ns + split.communicating_ns;
     eprintln!(
-        "decode:  {} tokens in {:.3}s = {:.2} tok/s",
-        n_dec,
-        out.decode.as_secs_f64(),
-        n_dec as f64 / out.decode.as_secs_f64().max(1e-9)
+        "all_sum: {} calls in decode = {:.1}% of decode time on rank 0 (world size {}): {:.1}% communicating \
+         (from the last rank's arrival), {:.1}% waiting for slower ranks; clocks aligned within {:.0} us",
+        split.calls,
+        pct(total),
+        comm.size(),
+        pct(split.communicating_ns),
+        pct(split.waiting_ns),
+        clock_bound as f64 / 1e3
     );
-    eprintln!(
-        "all_sum: {} calls, {:.3}s = {:.1}% of prefill+decode time (rank 0, world size {}; \
-         includes waiting for slower ranks)",
-        calls,
-        ar.as_secs_f64(),
-        100.0 * ar.as_secs_f64() / total.as_secs_f64().max(1e-9),
-        comm.size()
-    );
+    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {
@@ -215,16 +221,12 @@ fn main() -> anyhow::Result<()> {
         anyhow::ensure!(args.local_ranks == 1, "--local-ranks cannot be combined with a boltccl group");
         let comm = TimedComm::new(boltccl::init().context("joining the boltccl group")?);
         let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
-        if comm.rank() == 0 {
-            report(&out, &comm);
-        }
-        return Ok(());
+        return report(&out, &comm);
     }
     if args.local_ranks == 1 {
         let comm = TimedComm::new(SingleRank);
         let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
-        report(&out, &comm);
-        return Ok(());
+        return report(&out, &comm);
     }
     let world = boltccl::Group::local_world(args.local_ranks);
     std::thread::scope(|s| {
@@ -234,13 +236,8 @@ fn main() -> anyhow::Result<()> {
                 let (ck, ids, args, gpu) = (&ck, &ids, &args, &gpu);
                 s.spawn(move || {
                     let comm = TimedComm::new(c);
-                    let r = run_rank(ck, &comm, ids, tok, args, gpu);
-                    if let Ok(out) = &r {
-                        if comm.rank() == 0 {
-                            report(out, &comm);
-                        }
-                    }
-                    r.map(|_| ())
+                    let out = run_rank(ck, &comm, ids, tok, args, gpu)?;
+                    report(&out, &comm)
                 })
             })
             .collect();
