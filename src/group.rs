@@ -17,6 +17,8 @@ struct Shared {
     poison: Mutex<Option<Error>>,
     interrupt: Mutex<Option<InterruptCheck>>,
     cfg: Config,
+    /// The transport's [`Transport::cabling`], read once.
+    cabling: Option<Vec<Vec<bool>>>,
 }
 
 /// Per-group call state. Locked for the whole call: a second concurrent call gets `Busy`.
@@ -62,6 +64,18 @@ pub struct Group {
     me: usize,
     id: u32,
     state: Mutex<State>,
+    /// The members are cabled as a ring (in group order) but not as a full mesh: large
+    /// collectives then use the ring algorithms, which talk to neighbours only.
+    ring_cabled: bool,
+}
+
+/// Whether `members` (in order) are joined as a ring by fast links without being a full mesh.
+fn ring_cabled(cabling: Option<&[Vec<bool>]>, members: &[usize]) -> bool {
+    let Some(c) = cabling else { return false };
+    let n = members.len();
+    let linked = |a: usize, b: usize| c[members[a]][members[b]];
+    let mesh = (0..n).all(|a| (0..n).all(|b| linked(a, b)));
+    n >= 3 && !mesh && (0..n).all(|a| linked(a, (a + 1) % n))
 }
 
 /// Form a group from the environment (`BOLTCCL_*`, or MLX / Open MPI / PMI / Slurm variables).
@@ -142,15 +156,27 @@ impl Group {
     }
 
     fn from_transport(t: Box<dyn Transport>, cfg: Config) -> Group {
+        let cabling = t.cabling();
+        Group::with_cabling(t, cfg, cabling)
+    }
+
+    fn with_cabling(t: Box<dyn Transport>, cfg: Config, cabling: Option<Vec<Vec<bool>>>) -> Group {
         let (rank, size) = (t.rank(), t.size());
+        let members: Vec<usize> = (0..size).collect();
+        let ring_cabled = ring_cabled(cabling.as_deref(), &members);
+        if ring_cabled {
+            tracing::info!("the RDMA links form a ring, not a full mesh: large collectives use the ring algorithms");
+        }
         Group {
+            ring_cabled,
             shared: Arc::new(Shared {
                 transport: Mutex::new(t),
                 poison: Mutex::new(None),
                 interrupt: Mutex::new(None),
                 cfg,
+                cabling,
             }),
-            members: (0..size).collect(),
+            members,
             me: rank,
             id: 0,
             state: Mutex::new(State::new(size)),
@@ -173,6 +199,29 @@ impl Group {
                 Group::from_transport(Box::new(t), cfg)
             })
             .collect()
+    }
+
+    /// Like [`Group::local_world_with`], choosing algorithms as if the ranks were cabled as
+    /// `cabling[i][j]` says (tests use it to compute in memory what an RDMA ring gives).
+    #[doc(hidden)]
+    pub fn local_world_cabled(n: usize, template: &Config, cabling: Vec<Vec<bool>>) -> Vec<Group> {
+        MemTransport::world(n)
+            .into_iter()
+            .enumerate()
+            .map(|(rank, t)| {
+                let cfg = Config { rank, world_size: n, ..template.clone() };
+                Group::with_cabling(Box::new(t), cfg, Some(cabling.clone()))
+            })
+            .collect()
+    }
+
+    /// The algorithm an all-reduce of `bytes` bytes runs on this group (`auto` resolved from
+    /// the size and the cabling).
+    pub fn all_reduce_algorithm(&self, bytes: usize) -> Algo {
+        if self.size() == 1 {
+            return Algo::Mesh;
+        }
+        self.pick(bytes)
     }
 
     /// This rank, 0-based.
@@ -271,11 +320,23 @@ impl Group {
         Ok(())
     }
 
+    /// The all-reduce algorithm for a `bytes`-long buffer.
     fn pick(&self, bytes: usize) -> Algo {
         match self.shared.cfg.algo {
             Algo::Auto if bytes <= self.shared.cfg.mesh_max_bytes => Algo::Mesh,
+            Algo::Auto if self.ring_cabled => Algo::Ring,
             Algo::Auto => Algo::Direct,
             a => a,
+        }
+    }
+
+    /// Whether all-gather, reduce-scatter and broadcast moving `bytes` go around the ring
+    /// (forced by `BOLTCCL_ALGO=ring`, or large on a ring-cabled group) rather than direct.
+    fn around_ring(&self, bytes: usize) -> bool {
+        match self.shared.cfg.algo {
+            Algo::Ring => true,
+            Algo::Auto => self.ring_cabled && bytes > self.shared.cfg.mesh_max_bytes,
+            _ => false,
         }
     }
 
@@ -360,8 +421,13 @@ impl Group {
                 input.len() * self.size() / dtype.size()
             )));
         }
+        let ring = self.around_ring(output.len());
         self.run(Coll::AllGather, dtype, ReduceOp::Sum, input.len() / dtype.size(), 0, None, |ctx| {
-            algo::direct::all_gather(ctx, input, output)
+            if ring {
+                algo::ring_ops::all_gather(ctx, input, output, dtype.size())
+            } else {
+                algo::direct::all_gather(ctx, input, output)
+            }
         })
     }
 
@@ -383,8 +449,13 @@ impl Group {
                 output.len() * self.size() / dtype.size()
             )));
         }
+        let ring = self.around_ring(input.len());
         self.run(Coll::ReduceScatter, dtype, op, output.len() / dtype.size(), 0, None, |ctx| {
-            algo::direct::reduce_scatter(ctx, op, dtype, input, output)
+            if ring {
+                algo::ring_ops::reduce_scatter(ctx, op, dtype, input, output)
+            } else {
+                algo::direct::reduce_scatter(ctx, op, dtype, input, output)
+            }
         })
     }
 
@@ -404,11 +475,16 @@ impl Group {
         self.check_len("the buffer", buf.len(), dtype)?;
         self.check_rank("root", root)?;
         let large = buf.len() > self.shared.cfg.mesh_max_bytes;
+        let ring = self.around_ring(buf.len());
         self.run(Coll::Broadcast, dtype, ReduceOp::Sum, buf.len() / dtype.size(), root, None, |ctx| {
             if ctx.size() == 1 {
                 return Ok(());
             }
-            algo::direct::broadcast(ctx, buf, root, dtype.size(), large)
+            if ring {
+                algo::ring_ops::broadcast(ctx, buf, root, dtype.size())
+            } else {
+                algo::direct::broadcast(ctx, buf, root, dtype.size(), large)
+            }
         })
     }
 
@@ -481,7 +557,9 @@ impl Group {
             .ok_or_else(|| Error::Internal("split lost this rank".into()))?;
         let members: Vec<usize> = chosen.iter().map(|&(_, q)| self.members[q]).collect();
         let size = members.len();
+        let ring_cabled = ring_cabled(self.shared.cabling.as_deref(), &members);
         Ok(Some(Group {
+            ring_cabled,
             shared: self.shared.clone(),
             members,
             me,

@@ -8,7 +8,7 @@ mod common;
 
 use boltccl::{Algo, Backend, Config, Error, Group};
 use common::{free_port, is_worker, suite, RankOutput, Ranks};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// `target/<profile>/deps/libsoftverbs.so`, next to this test binary.
@@ -115,12 +115,12 @@ fn verbs_worker() {
     match std::env::var("BOLTCCL_TEST_WORKLOAD").as_deref().unwrap_or("suite") {
         "suite" => {
             let g = init_or_panic();
-            let ring = g.config().algo == Algo::Ring;
-            let d = format!("{:x}", suite(&g, !ring));
+            let d = format!("{:x}", suite(&g));
             // What the same workload gives in-process: real hardware must give the same bits.
             let cfg = g.config();
             if std::env::var("BOLTCCL_TEST_REFERENCE").is_ok() {
-                let want = reference_digest_with(g.size(), cfg.algo, cfg.chunk_bytes, cfg.mesh_max_bytes);
+                let matrix = cfg.ibv_devices.clone().expect("the verbs backend has a device matrix");
+                let want = reference_digest_with(g.size(), cfg.algo, cfg.chunk_bytes, cfg.mesh_max_bytes, &matrix);
                 println!("REFERENCE {want} {}", if want == d { "MATCH" } else { "DIFFERS" });
             }
             println!("RESULT {d}");
@@ -161,17 +161,25 @@ fn verbs_worker() {
     }
 }
 
-/// The in-process reference digest for the same workload and settings.
-fn reference_digest(n: usize, algo: Algo) -> String {
-    reference_digest_with(n, algo, 64, 256)
+/// The in-process reference digest for the same workload and settings, with algorithms chosen
+/// for the cabling of the device matrix at `matrix`.
+fn reference_digest(n: usize, algo: Algo, matrix: &Path) -> String {
+    reference_digest_with(n, algo, 64, 256, matrix)
 }
 
-fn reference_digest_with(n: usize, algo: Algo, chunk_bytes: usize, mesh_max_bytes: usize) -> String {
+fn reference_digest_with(n: usize, algo: Algo, chunk_bytes: usize, mesh_max_bytes: usize, matrix: &Path) -> String {
     let cfg = Config { algo, chunk_bytes, mesh_max_bytes, timeout: Duration::from_secs(20), ..Config::default() };
-    let groups = Group::local_world_with(n, &cfg);
-    let hs: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g, algo != Algo::Ring))).collect();
+    let groups = Group::local_world_cabled(n, &cfg, cabling_of(matrix));
+    let hs: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g))).collect();
     let d: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
     format!("{:x}", d[0])
+}
+
+/// `cabled[i][j]` from a device matrix file: a non-null cell is a cable.
+fn cabling_of(matrix: &Path) -> Vec<Vec<bool>> {
+    let text = std::fs::read_to_string(matrix).unwrap();
+    let rows: Vec<Vec<serde_json::Value>> = serde_json::from_str(&text).unwrap();
+    rows.iter().enumerate().map(|(i, r)| r.iter().enumerate().map(|(j, c)| i == j || !c.is_null()).collect()).collect()
 }
 
 fn conformance(n: usize, algos: &[Algo]) {
@@ -195,7 +203,7 @@ fn conformance_on(n: usize, algos: &[Algo], matrix: PathBuf, topo: &str) {
             assert!(o.stderr.contains("RDMA verbs mesh ready"), "rank {} did not use verbs:\n{}", o.rank, o.stderr);
         }
         assert!(d.iter().all(|x| x == &d[0]), "world {n} {algo:?}: ranks differ: {d:?}");
-        assert_eq!(d[0], reference_digest(n, algo), "world {n} {algo:?}: verbs and in-process results differ");
+        assert_eq!(d[0], reference_digest(n, algo, &matrix), "world {n} {algo:?}: verbs and in-process results differ");
         eprintln!("verbs conformance: {n} ranks, {topo}, {algo:?}: ok in {:.1?}", t.elapsed());
     }
 }
@@ -313,6 +321,21 @@ fn protection_domain_failure_on_one_rank_is_explained_everywhere() {
         if o.rank != 1 {
             assert!(text.contains("rank 1 aborted the group"), "rank {}: {text}", o.rank);
         }
+        assert!(o.elapsed < Duration::from_secs(20), "rank {} took {:?}", o.rank, o.elapsed);
+    }
+}
+
+/// Nodes given different device matrices (rank 0 thinks it has a full mesh, the others a ring)
+/// would pick different algorithms: every rank refuses at start-up, naming the cause.
+#[test]
+fn different_device_matrices_are_refused_at_start_up() {
+    let mesh = mesh_matrix(4).display().to_string();
+    let outs = spawn_with(4, &verbs_env_with(ring_matrix(4)), &[(0, "BOLTCCL_IBV_DEVICES", &mesh)])
+        .wait(Duration::from_secs(60));
+    for o in &outs {
+        assert!(!o.status.success(), "rank {} should have failed", o.rank);
+        let text = format!("{}{}", o.stdout, o.stderr);
+        assert!(text.contains("describes different cabling"), "rank {}: {text}", o.rank);
         assert!(o.elapsed < Duration::from_secs(20), "rank {} took {:?}", o.rank, o.elapsed);
     }
 }
@@ -718,7 +741,11 @@ fn conformance_4_ranks_in_network_namespaces() {
         let outs = ranks.wait(Duration::from_secs(120));
         let d = outputs_ok(&outs);
         assert!(d.iter().all(|x| x == &d[0]), "{algo:?}: ranks differ: {d:?}");
-        assert_eq!(d[0], reference_digest(n, algo), "{algo:?}: verbs across namespaces differs from in-process");
+        assert_eq!(
+            d[0],
+            reference_digest(n, algo, &matrix),
+            "{algo:?}: verbs across namespaces differs from in-process"
+        );
         for o in &outs {
             assert!(o.stderr.contains("RDMA verbs mesh ready"), "rank {} did not use verbs:\n{}", o.rank, o.stderr);
         }
@@ -827,7 +854,7 @@ fn two_cables_listed_in_different_orders_are_matched() {
     let outs = ranks.wait(Duration::from_secs(120));
     let d = outputs_ok(&outs);
     assert_eq!(d[0], d[1]);
-    assert_eq!(d[0], reference_digest(2, Algo::Auto));
+    assert_eq!(d[0], reference_digest(2, Algo::Auto, &m));
     assert!(
         outs.iter().any(|o| o.stderr.contains("listed in another order there: matched by subnet")),
         "the crossed listing was not noticed:\n{}",

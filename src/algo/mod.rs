@@ -17,6 +17,7 @@ pub mod mesh;
 pub mod p2p;
 pub mod plan;
 pub mod ring;
+pub mod ring_ops;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;

@@ -85,6 +85,11 @@ pub trait Transport: Send {
     /// Best effort, never blocking for long: tell every rank that this job is failing because
     /// of `cause`, and close the data links so no one waits on this rank.
     fn abort(&mut self, cause: &Error);
+    /// Which pairs of ranks have a fast direct link (`cabled[i][j]`), the same on every rank;
+    /// `None` when every pair is alike (TCP, in memory). Algorithms are chosen from it.
+    fn cabling(&self) -> Option<Vec<Vec<bool>>> {
+        None
+    }
 }
 
 /// How long a waiting rank polls before sleeping, when it has a core to itself.

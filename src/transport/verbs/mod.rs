@@ -216,6 +216,8 @@ pub struct VerbsTransport {
     links: Vec<Vec<Link>>,
     /// Peers without an RDMA device: their messages go over the TCP mesh.
     over_tcp: Vec<bool>,
+    /// The whole matrix's cabling (every rank checked it reads the same at set-up).
+    cabled: Vec<Vec<bool>>,
     /// Bootstrap mesh: the control channel (aborts, dead peers) and the uncabled pairs.
     tcp: TcpTransport,
     wait: WaitPolicy,
@@ -324,6 +326,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
         )
     })?;
     let matrix = DeviceMatrix::load(path, cfg.world_size)?;
+    let digest = matrix.digest();
     let tcp_peers = matrix.uncabled(cfg.rank);
     if !tcp_peers.is_empty() {
         tracing::info!(
@@ -350,6 +353,26 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     }
 
     let mut tcp = crate::bootstrap::connect(cfg)?;
+    // Every rank picks algorithms from the whole matrix: check that all ranks read the same
+    // cabling before anyone opens a device (a rank expecting a cable its peer does not list
+    // would otherwise wait for endpoints that never come).
+    let everyone: Vec<usize> = (0..size).filter(|&p| p != rank).collect();
+    let digests = tcp_round(&mut tcp, &everyone, 2, |_| 4, |_| digest.to_le_bytes().to_vec(), cfg.init_timeout)?;
+    for (&p, d) in everyone.iter().zip(&digests) {
+        let theirs = u32::from_le_bytes(d[..4].try_into().expect("4 bytes"));
+        if theirs != digest {
+            let e = Error::Mismatch {
+                rank: p,
+                what: format!(
+                    "{} describes different cabling here (digest {digest:#x}) than on rank {p} ({theirs:#x}): give \
+                     every node the same device matrix (`boltccl doctor --hosts ...` writes one)",
+                    path.display()
+                ),
+            };
+            tcp.abort(&e);
+            return Err(e);
+        }
+    }
     let fail = |tcp: &mut TcpTransport, e: Error| -> Error {
         tcp.abort(&e);
         e
@@ -405,7 +428,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     let wait = tcp.wait_policy();
     tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
     let over_tcp = (0..size).map(|p| tcp_peers.contains(&p)).collect();
-    Ok(VerbsTransport { rank, size, links, over_tcp, tcp, wait, aborted: false })
+    Ok(VerbsTransport { rank, size, links, over_tcp, cabled: matrix.cabled(), tcp, wait, aborted: false })
 }
 
 impl VerbsTransport {
@@ -524,6 +547,10 @@ impl Transport for VerbsTransport {
         }
         self.aborted = true;
         self.tcp.abort(cause);
+    }
+
+    fn cabling(&self) -> Option<Vec<Vec<bool>>> {
+        Some(self.cabled.clone())
     }
 }
 

@@ -112,6 +112,24 @@ impl DeviceMatrix {
     pub fn uncabled(&self, rank: usize) -> Vec<usize> {
         (0..self.cells.len()).filter(|&j| j != rank && self.cells[rank][j].is_empty()).collect()
     }
+
+    /// `cabled[i][j]`: ranks `i` and `j` have an RDMA link (`i == j` counts as linked).
+    pub fn cabled(&self) -> Vec<Vec<bool>> {
+        let n = self.cells.len();
+        (0..n).map(|i| (0..n).map(|j| i == j || !self.cells[i][j].is_empty()).collect()).collect()
+    }
+
+    /// A digest of the cabling (cable counts per pair; device names differ per node and do
+    /// not count), which all ranks compare: they pick algorithms from it, so they must agree.
+    pub fn digest(&self) -> u32 {
+        let mut h = 0x811c_9dc5u32;
+        for row in &self.cells {
+            for cell in row {
+                h = (h ^ cell.len() as u32).wrapping_mul(0x0100_0193);
+            }
+        }
+        h
+    }
 }
 
 /// The first IPv4 address and prefix length of interface `iface`.

@@ -1,0 +1,262 @@
+//! Ring all-gather, reduce-scatter and broadcast: every byte moves only between ring
+//! neighbours, so a cluster cabled as a ring (more Macs than a full mesh of cables allows)
+//! runs every large collective over its RDMA links, each block forwarded rank to rank.
+//!
+//! Like the ring all-reduce, each uses both directions of every link: half of every block
+//! travels clockwise, half counter-clockwise. Large calls are cut into segments so the part
+//! numbering and the scratch memory stay bounded.
+
+use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
+use super::{bytes_of, cut, cut_mut, Ctx, MAX_BATCH};
+use crate::dtype::{DType, ReduceOp};
+use crate::error::{Error, Result};
+use crate::reduce::combine;
+use crate::transport::{RecvOp, SendOp};
+use std::ops::Range;
+
+const PHASE_GATHER: u32 = 7;
+const PHASE_REDUCE: u32 = 8;
+const PHASE_BROADCAST: u32 = 9;
+const DIRS: [Dir; 2] = [1, -1];
+
+/// Mutable views of the sorted, non-overlapping `ranges` of `buf` (gaps allowed).
+fn regions<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<Vec<&'b mut [u8]>> {
+    let mut out = Vec::with_capacity(ranges.len());
+    let mut at = 0;
+    for r in ranges {
+        if r.start < at || r.end > at + buf.len() {
+            return Err(Error::Internal(format!("ring regions overlap or overrun at {r:?}")));
+        }
+        let rest = std::mem::take(&mut buf);
+        let (_, rest) = rest.split_at_mut(r.start - at);
+        let (head, tail) = rest.split_at_mut(r.len());
+        out.push(head);
+        buf = tail;
+        at = r.end;
+    }
+    Ok(out)
+}
+
+/// The two halves (clockwise, counter-clockwise) of element range `seg`, in bytes.
+fn halves(seg: &Range<usize>, e: usize) -> [Range<usize>; 2] {
+    let h = partition(seg.len(), 2);
+    [0, 1].map(|i| bytes(&(h[i].start + seg.start..h[i].end + seg.start), e))
+}
+
+/// Elements per segment: each half at most `pieces_per_half` chunk pieces.
+fn segment_elems(ctx: &Ctx<'_>, pieces_per_half: usize, e: usize) -> usize {
+    (2 * pieces_per_half * ctx.chunk / e).max(2)
+}
+
+/// Ring all-gather: `output` is P blocks of `input.len()` bytes; block q comes from rank q.
+/// Each step forwards the block received in the step before.
+pub(crate) fn all_gather(ctx: &mut Ctx<'_>, input: &[u8], output: &mut [u8], e: usize) -> Result<()> {
+    let (p, me, len, chunk) = (ctx.size(), ctx.me, input.len(), ctx.chunk);
+    output[me * len..(me + 1) * len].copy_from_slice(input);
+    for (s, seg) in pieces(0..len / e, segment_elems(ctx, MAX_BATCH, e)).enumerate() {
+        let hs = halves(&seg, e);
+        for step in 0..p - 1 {
+            let mut ops = [0usize; 2].map(|_| (0, 0, 0, 0));
+            let mut ranges = Vec::with_capacity(4);
+            for (di, &d) in DIRS.iter().enumerate() {
+                let (to, from) = ring_neighbors(me, p, d);
+                let (sb, rb) = ring_all_gather_step(me, p, d, step, 0);
+                ops[di] = (to, from, ranges.len(), ranges.len() + 1);
+                ranges.push(sb * len + hs[di].start..sb * len + hs[di].end);
+                ranges.push(rb * len + hs[di].start..rb * len + hs[di].end);
+            }
+            // Sort the four regions by offset for the split, remembering where each went.
+            let mut order: Vec<usize> = (0..4).collect();
+            order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
+            let sorted: Vec<Range<usize>> = order.iter().map(|&i| ranges[i].clone()).collect();
+            let mut views: Vec<Option<&mut [u8]>> = regions(output, &sorted)?.into_iter().map(Some).collect();
+            let mut take = |i: usize| views[order.iter().position(|&o| o == i).expect("index")].take().expect("once");
+            let mut sends = Vec::new();
+            let mut recvs = Vec::new();
+            for (di, &(to, from, si, ri)) in ops.iter().enumerate() {
+                let send: &[u8] = take(si);
+                for (k, piece) in cut(send, chunk).into_iter().enumerate() {
+                    sends.push(SendOp {
+                        peer: ctx.peer(to),
+                        header: ctx.hdr(PHASE_GATHER, s, 2 * k + di, piece.len()),
+                        data: piece,
+                    });
+                }
+                for (k, piece) in cut_mut(take(ri), chunk).into_iter().enumerate() {
+                    let n = piece.len();
+                    recvs.push(RecvOp {
+                        peer: ctx.peer(from),
+                        expect: ctx.hdr(PHASE_GATHER, s, 2 * k + di, n),
+                        buf: piece,
+                    });
+                }
+            }
+            ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Ring reduce-scatter: `input` is P blocks of `output.len()` bytes; this rank gets block
+/// `me` reduced over all ranks. Each block's running result travels around the ring, each rank
+/// adding its own contribution (received op mine), and ends at its owner.
+pub(crate) fn reduce_scatter(
+    ctx: &mut Ctx<'_>,
+    op: ReduceOp,
+    dtype: DType,
+    input: &[u8],
+    output: &mut [u8],
+) -> Result<()> {
+    let (p, me, e, chunk) = (ctx.size(), ctx.me, dtype.size(), ctx.chunk);
+    let len = output.len();
+    if p == 1 {
+        output.copy_from_slice(input);
+        return Ok(());
+    }
+    // Logical block x is actual block x - d: the block a rank ends up owning in direction d
+    // (its rank + d, see `ring_reduce_scatter_step`) is then its own.
+    let actual = |x: usize, d: Dir| (x as isize - d).rem_euclid(p as isize) as usize * len;
+    // Per direction: the received pieces, the running result being sent, the one being built.
+    let per_half = ctx.batch(6);
+    let half_max = per_half * chunk;
+    let mut scratch = std::mem::take(ctx.scratch);
+    let result = (|| {
+        let store = bytes_of(&mut scratch, 6 * half_max);
+        let parts: Vec<&mut [u8]> = store.chunks_mut(half_max).collect();
+        let [r0, a0, b0, r1, a1, b1]: [&mut [u8]; 6] =
+            parts.try_into().map_err(|_| Error::Internal("ring scratch is not six halves".into()))?;
+        let mut received = [r0, r1];
+        let mut running = [[a0, b0], [a1, b1]];
+        for (s, seg) in pieces(0..len / e, segment_elems(ctx, per_half, e)).enumerate() {
+            let hs = halves(&seg, e);
+            for step in 0..p - 1 {
+                let last = step == p - 2;
+                let [run0, run1] = &mut running;
+                let [(sent0, build0), (sent1, build1)] = [run0, run1].map(|[x, y]| {
+                    let (x, y) = (&mut **x, &mut **y);
+                    if step % 2 == 0 {
+                        (&*x, y)
+                    } else {
+                        (&*y, x)
+                    }
+                });
+                let sent = [sent0, sent1];
+                let mut build = [build0, build1];
+                let mut sends = Vec::new();
+                for (di, &d) in DIRS.iter().enumerate() {
+                    let (to, _) = ring_neighbors(me, p, d);
+                    let (sb, _) = ring_reduce_scatter_step(me, p, d, step);
+                    let n = hs[di].len();
+                    let data: &[u8] = if step == 0 {
+                        let b = actual(sb, d);
+                        &input[b + hs[di].start..b + hs[di].end]
+                    } else {
+                        &sent[di][..n]
+                    };
+                    for (k, piece) in cut(data, chunk).into_iter().enumerate() {
+                        sends.push(SendOp {
+                            peer: ctx.peer(to),
+                            header: ctx.hdr(PHASE_REDUCE, s, 2 * k + di, piece.len()),
+                            data: piece,
+                        });
+                    }
+                }
+                let mut recvs = Vec::new();
+                // (direction, offset of this piece's local contribution in `input`, range in the half)
+                let mut targets: Vec<(usize, usize, Range<usize>)> = Vec::new();
+                for ((di, &d), rbuf) in DIRS.iter().enumerate().zip(received.iter_mut()) {
+                    let (_, from) = ring_neighbors(me, p, d);
+                    let (_, rb) = ring_reduce_scatter_step(me, p, d, step);
+                    let local = actual(rb, d) + hs[di].start;
+                    let n = hs[di].len();
+                    for (k, piece) in cut_mut(&mut rbuf[..n], chunk).into_iter().enumerate() {
+                        let r = k * chunk..k * chunk + piece.len();
+                        recvs.push(RecvOp {
+                            peer: ctx.peer(from),
+                            expect: ctx.hdr(PHASE_REDUCE, s, 2 * k + di, piece.len()),
+                            buf: piece,
+                        });
+                        targets.push((di, local + r.start, r));
+                    }
+                }
+                let (lo, hi) = output.split_at_mut(hs[1].start);
+                let mut outs: [&mut [u8]; 2] = [&mut lo[hs[0].clone()], &mut hi[..hs[1].len()]];
+                let mut on_recv = |recvs: &[RecvOp<'_>], i: usize| {
+                    let (di, at, ref r) = targets[i];
+                    let dst: &mut [u8] = if last { &mut outs[di][r.clone()] } else { &mut build[di][r.clone()] };
+                    combine(op, dtype, dst, recvs[i].buf, &input[at..at + r.len()]);
+                    Ok(())
+                };
+                ctx.exchange(&sends, &mut recvs, &mut on_recv)?;
+            }
+        }
+        Ok(())
+    })();
+    *ctx.scratch = scratch;
+    result
+}
+
+/// Ring broadcast: half the buffer flows clockwise from `root`, half counter-clockwise, each
+/// rank forwarding a piece to its next neighbour one step after receiving it (a pipeline of
+/// chunk pieces, P - 2 + pieces steps).
+pub(crate) fn broadcast(ctx: &mut Ctx<'_>, buf: &mut [u8], root: usize, e: usize) -> Result<()> {
+    let (p, me, chunk) = (ctx.size(), ctx.me, ctx.chunk);
+    if p == 1 {
+        return Ok(());
+    }
+    let hs = halves(&(0..buf.len() / e), e);
+    // Piece boundaries of each half, and this rank's distance from the root in each direction.
+    let cuts: [Vec<Range<usize>>; 2] = [0, 1].map(|di| pieces(hs[di].clone(), chunk).collect());
+    let pos: [usize; 2] = [0, 1].map(|di| ((me as isize - root as isize) * DIRS[di]).rem_euclid(p as isize) as usize);
+    let steps = cuts.iter().map(|c| c.len()).max().unwrap_or(1) + p - 2;
+    for t in 0..steps {
+        let mut ranges = Vec::new();
+        let mut plan = Vec::new(); // (di, send?, piece index)
+        for di in 0..2 {
+            let n = cuts[di].len();
+            if pos[di] < p - 1 && t >= pos[di] && t - pos[di] < n {
+                plan.push((di, true, t - pos[di]));
+                ranges.push(cuts[di][t - pos[di]].clone());
+            }
+            if pos[di] >= 1 && t + 1 >= pos[di] && t + 1 - pos[di] < n {
+                plan.push((di, false, t + 1 - pos[di]));
+                ranges.push(cuts[di][t + 1 - pos[di]].clone());
+            }
+        }
+        if plan.is_empty() {
+            continue;
+        }
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
+        let sorted: Vec<Range<usize>> = order.iter().map(|&i| ranges[i].clone()).collect();
+        let mut views: Vec<Option<&mut [u8]>> = regions(buf, &sorted)?.into_iter().map(Some).collect();
+        let mut sends = Vec::new();
+        let mut recvs = Vec::new();
+        for (i, &(di, send, k)) in plan.iter().enumerate() {
+            let view = views[order.iter().position(|&o| o == i).expect("index")].take().expect("once");
+            let (to, from) = ring_neighbors(me, p, DIRS[di]);
+            let header = ctx.hdr(PHASE_BROADCAST, k, di, view.len());
+            if send {
+                sends.push(SendOp { peer: ctx.peer(to), header, data: view });
+            } else {
+                recvs.push(RecvOp { peer: ctx.peer(from), expect: header, buf: view });
+            }
+        }
+        ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_skip_gaps_and_reject_overlaps() {
+        let mut b: Vec<u8> = (0..10).collect();
+        let v = regions(&mut b, &[1..3, 5..6, 6..9]).unwrap();
+        assert_eq!(v.iter().map(|r| r.to_vec()).collect::<Vec<_>>(), vec![vec![1, 2], vec![5], vec![6, 7, 8]]);
+        assert!(regions(&mut b, &[1..4, 3..5]).is_err());
+        assert!(regions(&mut b, &[2..3, 8..12]).is_err(), "past the end");
+    }
+}
