@@ -48,6 +48,8 @@ env_vars! {
     IBV_LIBRARY = "BOLTCCL_IBV_LIBRARY", "", "Verbs library to load instead of the default (librdma.dylib on macOS, libibverbs.so.1 elsewhere), e.g. the softverbs test double.";
     IBV_RECV_DEPTH = "BOLTCCL_IBV_RECV_DEPTH", "16", "Receives kept posted per RDMA queue pair (2..=32; Apple's provider fails past about 62, 32 is safe). Sets each peer's send credits.";
     IBV_SEND_DEPTH = "BOLTCCL_IBV_SEND_DEPTH", "8", "Sends in flight per RDMA queue pair (1..=32): bounds outstanding work requests and staging memory.";
+    IBV_ZERO_COPY = "BOLTCCL_IBV_ZERO_COPY", "0", "1: RDMA sends of large pieces go straight from the caller's buffers (registered on first use and cached) instead of through staging copies. Only for programs that keep their buffers allocated while the group lives: a buffer freed and another allocated at the same address could be sent from stale pinned pages.";
+    IBV_MR_CACHE = "BOLTCCL_IBV_MR_CACHE", "32", "With zero-copy: registrations of caller memory kept per queue pair (1..=64; Apple's provider allows about 100 per device), least recently used evicted first.";
     LOG = "BOLTCCL_LOG", "warn", "Log filter (tracing EnvFilter syntax): error, warn, info, debug, trace.";
 }
 
@@ -139,6 +141,10 @@ pub struct Config {
     pub ibv_recv_depth: usize,
     /// Sends in flight per queue pair.
     pub ibv_send_depth: usize,
+    /// Send large pieces straight from registered caller memory (`BOLTCCL_IBV_ZERO_COPY`).
+    pub ibv_zero_copy: bool,
+    /// Cached registrations of caller memory per queue pair.
+    pub ibv_mr_cache: usize,
 }
 
 impl Default for Config {
@@ -163,6 +169,8 @@ impl Default for Config {
             ibv_library: None,
             ibv_recv_depth: 16,
             ibv_send_depth: 8,
+            ibv_zero_copy: false,
+            ibv_mr_cache: 32,
         }
     }
 }
@@ -256,6 +264,16 @@ impl Config {
         if let Some((var, v)) = first(&[IBV_SEND_DEPTH]) {
             cfg.ibv_send_depth = parse_num(&var, &v)?;
         }
+        if let Some((var, v)) = first(&[IBV_ZERO_COPY]) {
+            cfg.ibv_zero_copy = match v.as_str() {
+                "1" | "true" | "on" => true,
+                "0" | "false" | "off" => false,
+                _ => return Err(Error::Config(format!("{var}={v}: expected 1 or 0"))),
+            };
+        }
+        if let Some((var, v)) = first(&[IBV_MR_CACHE]) {
+            cfg.ibv_mr_cache = parse_num(&var, &v)?;
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -302,6 +320,9 @@ impl Config {
                 "{IBV_RECV_DEPTH}={}: must be between 2 and 32 (Apple's provider rejects deeper receive queues)",
                 self.ibv_recv_depth
             )));
+        }
+        if !(1..=64).contains(&self.ibv_mr_cache) {
+            return Err(Error::Config(format!("{IBV_MR_CACHE}={}: must be between 1 and 64", self.ibv_mr_cache)));
         }
         if !(1..=32).contains(&self.ibv_send_depth) {
             return Err(Error::Config(format!("{IBV_SEND_DEPTH}={}: must be between 1 and 32", self.ibv_send_depth)));

@@ -52,7 +52,7 @@ impl Queue {
     }
 }
 
-/// One rank's end of a TCP mesh. Built by [`crate::bootstrap`].
+/// One rank's end of a TCP mesh. Built by the bootstrap (`boltccl::init`, `Group::new`).
 pub struct TcpTransport {
     rank: usize,
     size: usize,

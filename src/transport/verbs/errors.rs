@@ -24,6 +24,8 @@ pub enum Verb {
     ToRtr,
     /// `ibv_modify_qp` to RTS
     ToRts,
+    /// `ibv_modify_qp` to ERR (flushing sends after a failure)
+    ToErr,
     /// `ibv_reg_mr`
     RegMr,
     /// `ibv_query_port` / `ibv_query_gid`
@@ -47,6 +49,7 @@ impl Verb {
             Verb::ToInit => "changing the queue pair to INIT",
             Verb::ToRtr => "changing the queue pair to RTR",
             Verb::ToRts => "changing the queue pair to RTS",
+            Verb::ToErr => "moving the queue pair to the error state",
             Verb::RegMr => "registering memory",
             Verb::Query => "querying the port",
             Verb::PostSend => "posting a send",

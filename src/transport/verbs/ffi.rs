@@ -195,6 +195,21 @@ impl ProtectionDomain {
         }
     }
 
+    /// Register `len` bytes of caller memory at `addr` for sends (the device only reads it).
+    ///
+    /// # Safety
+    /// The memory must stay allocated, and must not be written while a send posted from it is
+    /// in flight, until the region is dropped or its last send has completed.
+    pub unsafe fn register_user(&self, addr: *const u8, len: usize) -> Result<UserRegion> {
+        // SAFETY: the caller keeps `len` bytes at `addr` allocated (see above); access 0 = local
+        // read only, which is all a send needs.
+        let mr = unsafe { (self.0.ctx.verbs.reg_mr)(self.0.ptr.as_ptr(), addr as *mut libc::c_void, len, 0) };
+        match NonNull::new(mr) {
+            Some(mr) => Ok(UserRegion { mr, start: addr as usize, len, pd: self.0.clone() }),
+            None => Err(verb_error(Verb::RegMr, &self.0.ctx.name, None, last_errno())),
+        }
+    }
+
     /// Create a UC queue pair on `cq` (send and receive side) with the given depths.
     pub fn create_uc_qp(&self, cq: &CompletionQueue, send_wr: u32, recv_wr: u32) -> Result<QueuePair> {
         let mut init = ibv_qp_init_attr {
@@ -310,7 +325,29 @@ impl QueuePair {
         peer: usize,
     ) -> Result<()> {
         assert!(offset + len <= mr.len(), "send outside the staging buffer");
-        let mut sge = ibv_sge { addr: mr.addr() as u64 + offset as u64, length: len as u32, lkey: mr.lkey() };
+        let sge = ibv_sge { addr: mr.addr() as u64 + offset as u64, length: len as u32, lkey: mr.lkey() };
+        self.post(sge, wr_id, imm, peer)
+    }
+
+    /// Post one signalled send-with-immediate of the `len` bytes at `addr`, inside `region`.
+    ///
+    /// # Safety
+    /// The bytes must stay allocated and unwritten until the send's completion is polled.
+    pub unsafe fn post_send_user(
+        &self,
+        region: &UserRegion,
+        addr: usize,
+        len: usize,
+        wr_id: u64,
+        imm: u32,
+        peer: usize,
+    ) -> Result<()> {
+        assert!(region.contains(addr, len), "send outside the registered region");
+        let sge = ibv_sge { addr: addr as u64, length: len as u32, lkey: region.lkey() };
+        self.post(sge, wr_id, imm, peer)
+    }
+
+    fn post(&self, mut sge: ibv_sge, wr_id: u64, imm: u32, peer: usize) -> Result<()> {
         let mut wr = ibv_send_wr {
             wr_id,
             sg_list: &mut sge,
@@ -348,6 +385,39 @@ impl QueuePair {
             return Err(verb_error(Verb::PostRecv, self.device(), Some(peer), ret_errno(r)));
         }
         Ok(())
+    }
+}
+
+/// A registration of caller memory (zero-copy sends). Dropping it deregisters; the memory
+/// stays the caller's.
+pub struct UserRegion {
+    mr: NonNull<ibv_mr>,
+    start: usize,
+    len: usize,
+    pd: Arc<PdInner>,
+}
+// SAFETY: see CtxInner; the region only names memory, it never touches it.
+unsafe impl Send for UserRegion {}
+
+impl Drop for UserRegion {
+    fn drop(&mut self) {
+        // SAFETY: registered by reg_mr and deregistered once; the owner frees the memory.
+        let r = unsafe { (self.pd.ctx.verbs.dereg_mr)(self.mr.as_ptr()) };
+        if r != 0 {
+            tracing::warn!(device = %self.pd.ctx.name, errno = ret_errno(r), "ibv_dereg_mr of caller memory failed");
+        }
+    }
+}
+
+impl UserRegion {
+    /// Whether `[addr, addr + len)` lies inside the region.
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        addr >= self.start && addr + len <= self.start + self.len
+    }
+
+    fn lkey(&self) -> u32 {
+        // SAFETY: valid MR.
+        unsafe { (*self.mr.as_ptr()).lkey }
     }
 }
 

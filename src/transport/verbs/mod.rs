@@ -14,6 +14,7 @@ pub mod errors;
 pub mod ffi;
 pub mod link;
 pub mod loader;
+pub mod regcache;
 pub mod topology;
 
 use crate::config::Config;
@@ -117,7 +118,7 @@ fn random_psn() -> u32 {
 }
 
 /// Open the device toward `peer`, create the PD, CQ, UC QP and staging, move the QP to INIT.
-fn open_link(verbs: &Arc<Verbs>, device: &str, peer: usize, shape: Shape) -> Result<Pending> {
+fn open_link(verbs: &Arc<Verbs>, device: &str, peer: usize, shape: Shape, mr_cache: Option<usize>) -> Result<Pending> {
     let ctx = Context::open(verbs, device)?;
     let (port, gids) = ipv4_gids(&ctx)?;
     if port.state != IBV_PORT_ACTIVE {
@@ -150,7 +151,7 @@ fn open_link(verbs: &Arc<Verbs>, device: &str, peer: usize, shape: Shape) -> Res
         ..Default::default()
     };
     qp.modify(&mut attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, Verb::ToInit, peer)?;
-    let link = Link::new(peer, ctx, pd, cq, qp, shape)?;
+    let link = Link::new(peer, ctx, pd, cq, qp, shape, mr_cache)?;
     Ok(Pending { link, gids, mtu: port.active_mtu, lid: port.lid, psn: random_psn() })
 }
 
@@ -383,7 +384,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     let mut local_err = None;
     'open: for &p in &peers {
         for device in cables[p] {
-            match open_link(&verbs, device, p, shape) {
+            match open_link(&verbs, device, p, shape, cfg.ibv_zero_copy.then_some(cfg.ibv_mr_cache)) {
                 Ok(l) => pending[p].push(l),
                 Err(e) => {
                     local_err = Some(e);
@@ -456,7 +457,7 @@ impl VerbsTransport {
         }
         for (i, s) in sends.iter().enumerate() {
             if !self.over_tcp[s.peer] {
-                self.link(s.peer, s.header.part)?.add_send(i);
+                self.link(s.peer, s.header.part)?.add_send(i, s.data);
             }
         }
         for (i, r) in recvs.iter().enumerate() {
@@ -514,6 +515,27 @@ impl VerbsTransport {
     }
 }
 
+impl Drop for VerbsTransport {
+    fn drop(&mut self) {
+        let (mut raw, mut regs, mut hits, mut evicted, mut fallbacks, mut any) = (0, 0, 0, 0, 0, false);
+        for (raw_sent, stats, _) in self.links.iter().flatten().filter_map(|l| l.zero_copy_stats()) {
+            any = true;
+            raw += raw_sent;
+            regs += stats.registered;
+            hits += stats.hits;
+            evicted += stats.evicted;
+            fallbacks += stats.fallbacks;
+        }
+        if any {
+            tracing::info!(
+                rank = self.rank,
+                "RDMA zero-copy: {raw} packets sent from caller memory; {regs} registrations, {hits} cache hits, \
+                 {evicted} evictions, {fallbacks} pieces staged for want of a registration"
+            );
+        }
+    }
+}
+
 impl Transport for VerbsTransport {
     fn rank(&self) -> usize {
         self.rank
@@ -533,7 +555,14 @@ impl Transport for VerbsTransport {
         if self.aborted {
             return Err(Error::Internal("exchange on an aborted transport".into()));
         }
-        match self.run(sends, recvs, on_recv, limits) {
+        let r = self.run(sends, recvs, on_recv, limits);
+        if r.is_err() {
+            // The caller may free its buffers once we return: no zero-copy send may still read them.
+            for l in self.links.iter_mut().flatten() {
+                l.quiesce(Duration::from_secs(1));
+            }
+        }
+        match r {
             // A peer's failure shows up on RDMA as silence; the control channel usually knows
             // the real cause. Errors found here (loss, bad completions) need no explaining.
             Err(e @ Error::Timeout { .. }) => Err(self.tcp.explain(e)),
