@@ -125,6 +125,12 @@ impl Comm for SkewedComm {
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         self.0.broadcast_u32(x, root)
     }
+    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
+        self.0.send_f32(x, peer)
+    }
+    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
+        self.0.recv_f32(x, peer)
+    }
 }
 
 #[test]
