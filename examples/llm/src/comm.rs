@@ -1,9 +1,9 @@
 //! The collective-communication seam.
 //!
-//! Everything the model needs from the network goes through [`Comm`]: two `all_sum`s per layer
-//! and one token broadcast per step (plus, once at the end, a gather and a few pings for the
-//! timing report). It mirrors the subset of `boltccl::Group` the example uses; tests wrap it to
-//! inject faults.
+//! Everything the model needs from the network goes through [`Comm`]: two `all_sum`s per layer,
+//! one gather of the logit slices to rank 0 and one token broadcast per step (plus, once at the
+//! end, a gather and a few pings for the timing report). It mirrors the subset of
+//! `boltccl::Group` the example uses; tests wrap it to inject faults.
 
 use crate::timing::{now_ns, CallLog};
 
@@ -33,6 +33,45 @@ pub trait Comm: Send + Sync {
     /// Receive `x` from rank `peer` (for the timing report's clock alignment).
     fn recv_u64(&self, _x: &mut [u64], _peer: usize) -> anyhow::Result<()> {
         anyhow::bail!("this Comm has no point-to-point receive (timing report unavailable)")
+    }
+    /// Send `x` to rank `peer`, which calls [`Comm::recv_f32`] with the same length (used by
+    /// the default [`Comm::gather_f32`]).
+    fn send_f32(&self, _x: &[f32], _peer: usize) -> anyhow::Result<()> {
+        anyhow::bail!("this Comm has no point-to-point send (needed to gather the logits)")
+    }
+    /// Receive `x` from rank `peer` (used by the default [`Comm::gather_f32`]).
+    fn recv_f32(&self, _x: &mut [f32], _peer: usize) -> anyhow::Result<()> {
+        anyhow::bail!("this Comm has no point-to-point receive (needed to gather the logits)")
+    }
+    /// Gather with uneven parts: rank `r` passes its `counts[r]` values as `mine`; on `root`,
+    /// `all` (length `counts.iter().sum()`) receives every rank's part in rank order. `all` is
+    /// not touched on the other ranks (pass an empty slice). Empty parts are not sent at all.
+    /// Every rank must call it, with the same `counts` and `root`.
+    fn gather_f32(&self, mine: &[f32], all: &mut [f32], counts: &[usize], root: usize) -> anyhow::Result<()> {
+        let (rank, size) = (self.rank(), self.size());
+        anyhow::ensure!(counts.len() == size && root < size, "gather: {} counts for {size} ranks", counts.len());
+        anyhow::ensure!(
+            mine.len() == counts[rank],
+            "gather: rank {rank} has {} values, not {}",
+            mine.len(),
+            counts[rank]
+        );
+        if rank != root {
+            return if mine.is_empty() { Ok(()) } else { self.send_f32(mine, root) };
+        }
+        let total: usize = counts.iter().sum();
+        anyhow::ensure!(all.len() == total, "gather: output holds {} values, not {total}", all.len());
+        let mut rest = all;
+        for (r, &n) in counts.iter().enumerate() {
+            let (part, tail) = rest.split_at_mut(n);
+            rest = tail;
+            if r == root {
+                part.copy_from_slice(mine);
+            } else if n > 0 {
+                self.recv_f32(part, r)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -89,6 +128,14 @@ impl Comm for boltccl::Group {
         boltccl::Group::recv(self, x, peer)?;
         Ok(())
     }
+    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
+        boltccl::Group::send(self, x, peer)?;
+        Ok(())
+    }
+    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
+        boltccl::Group::recv(self, x, peer)?;
+        Ok(())
+    }
 }
 
 /// Wraps a [`Comm`] and logs when each `all_sum` was entered and left (for the "share of
@@ -134,6 +181,15 @@ impl<C: Comm> Comm for TimedComm<C> {
     fn recv_u64(&self, x: &mut [u64], peer: usize) -> anyhow::Result<()> {
         self.inner.recv_u64(x, peer)
     }
+    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
+        self.inner.send_f32(x, peer)
+    }
+    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
+        self.inner.recv_f32(x, peer)
+    }
+    fn gather_f32(&self, mine: &[f32], all: &mut [f32], counts: &[usize], root: usize) -> anyhow::Result<()> {
+        self.inner.gather_f32(mine, all, counts, root)
+    }
 }
 
 impl<C: Comm + ?Sized> Comm for &C {
@@ -157,5 +213,14 @@ impl<C: Comm + ?Sized> Comm for &C {
     }
     fn recv_u64(&self, x: &mut [u64], peer: usize) -> anyhow::Result<()> {
         (**self).recv_u64(x, peer)
+    }
+    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
+        (**self).send_f32(x, peer)
+    }
+    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
+        (**self).recv_f32(x, peer)
+    }
+    fn gather_f32(&self, mine: &[f32], all: &mut [f32], counts: &[usize], root: usize) -> anyhow::Result<()> {
+        (**self).gather_f32(mine, all, counts, root)
     }
 }

@@ -12,7 +12,7 @@ pub struct GenOptions {
     pub max_tokens: usize,
     /// Stop when this token is chosen (it is not emitted).
     pub stop_token: Option<u32>,
-    /// Keep every step's logits (rank 0 only), for tests.
+    /// Keep every step's logits (rank 0, the only rank that holds them all), for tests.
     pub record_logits: bool,
     /// After every forward pass, compare the residual-stream fingerprint of every rank with
     /// rank 0's (one extra tiny broadcast) and fail on the first difference, instead of
@@ -51,9 +51,10 @@ pub struct GenOutput {
 }
 
 /// Runs prefill on `prompt` and then up to `opts.max_tokens` decode steps. Every rank must call
-/// this with the same prompt and options. Rank 0 samples; the token is broadcast so all ranks
-/// feed the same id even if their logits could differ in the last bit. `on_token` is called on
-/// rank 0 for each generated token, as soon as it is chosen (for streaming).
+/// this with the same prompt and options. Every rank computes the logits of its vocabulary
+/// slice and rank 0 gathers them ([`Model::logits`]); rank 0 samples and broadcasts the token,
+/// so all ranks feed the same id. `on_token` is called on rank 0 for each generated token, as
+/// soon as it is chosen (for streaming).
 pub fn generate(
     model: &Model,
     comm: &dyn Comm,
@@ -67,7 +68,8 @@ pub fn generate(
     let mut cache = model.new_cache();
     let mut out = GenOutput { prompt_tokens: prompt.len(), ..Default::default() };
     let t0 = Instant::now();
-    let mut logits = model.forward_batch(prompt, &mut cache, comm, root)?;
+    // Every rank asks for logits (each computes its slice); only rank 0 gets them back.
+    let mut logits = model.forward_batch(prompt, &mut cache, comm, true)?;
     if opts.check_sync {
         check_sync(comm, cache.fingerprint(), 0)?;
     }
@@ -93,7 +95,7 @@ pub fn generate(
             on_token(tok);
         }
         if step + 1 < opts.max_tokens {
-            logits = model.forward(tok, &mut cache, comm, root)?;
+            logits = model.forward(tok, &mut cache, comm, true)?;
             if opts.check_sync {
                 check_sync(comm, cache.fingerprint(), step + 1)?;
             }

@@ -5,6 +5,11 @@
 //! `x += all_sum(o_proj_shard(attn(own heads)))`, then `x += all_sum(down_shard(swiglu(own
 //! features)))`. The residual stream `x`, the norms and RoPE are replicated; because all_sum
 //! returns identical bits on every rank, `x` stays identical everywhere.
+//!
+//! The output head is replicated too, but its product is split: each rank computes the logits
+//! of its slice of the vocabulary ([`ShardPlan::vocab`]) from the (identical) final hidden
+//! state, and rank 0 gathers the slices. Every logit is one row's dot product computed the same
+//! way whatever the slicing, so the gathered logits are the bits one rank would compute alone.
 
 use anyhow::{ensure, Context};
 use rayon::prelude::*;
@@ -71,13 +76,17 @@ pub struct Model {
     pub plan: ShardPlan,
     embed: Mat,
     final_norm: Vec<f32>,
-    /// Separate output head; `None` when tied to `embed` or when this rank never needs logits.
+    /// Separate output head (every rank holds all of it); `None` when tied to `embed`.
     lm_head: Option<Mat>,
     layers: Vec<Layer>,
     inv_freq: Vec<f32>,
     /// Whole layers on the GPU (two round trips per layer), after `upload_to_gpu`.
     #[cfg(feature = "gpu")]
     gpu_layers: Option<(crate::gpu::layer::LayerKernels, Vec<crate::gpu::layer::GpuLayer>)>,
+    /// This rank's rows (`plan.vocab`) of the output head on the GPU, after `upload_to_gpu`;
+    /// `None` for an empty slice, which the CPU path handles.
+    #[cfg(feature = "gpu")]
+    head_gpu: Option<crate::gpu::GpuMat>,
 }
 
 fn vector(src: &dyn WeightSource, name: &str, len: usize) -> anyhow::Result<Vec<f32>> {
@@ -157,8 +166,8 @@ fn cols(
 impl Model {
     /// Loads the shard described by `plan` from `src`.
     ///
-    /// Only rank 0 keeps a separate LM head: rank 0 chooses every token and broadcasts it, so
-    /// the other ranks never need logits.
+    /// The embedding, the norms and the output head (tied or separate) are loaded whole on
+    /// every rank; the layers only in this rank's share.
     pub fn load(src: &dyn WeightSource, plan: ShardPlan) -> anyhow::Result<Self> {
         Self::load_with(src, plan, LoadOptions::default())
     }
@@ -169,8 +178,11 @@ impl Model {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
         let embed = rows(src, names::EMBED, 0..cfg.vocab_size, h, opts).context("embedding (vocab x hidden)")?;
         let tied = cfg.tie_embeddings || !src.contains(names::LM_HEAD);
-        let lm_head =
-            if !tied && plan.rank == 0 { Some(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h, opts)?) } else { None };
+        let lm_head = if tied {
+            None
+        } else {
+            Some(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h, opts).context("lm_head (vocab x hidden)")?)
+        };
         let q_rows = plan.q_heads.start * hd..plan.q_heads.end * hd;
         let kv_rows = plan.kv_heads.start * hd..plan.kv_heads.end * hd;
         let mut layers = Vec::with_capacity(cfg.num_layers);
@@ -210,6 +222,8 @@ impl Model {
             inv_freq,
             #[cfg(feature = "gpu")]
             gpu_layers: None,
+            #[cfg(feature = "gpu")]
+            head_gpu: None,
         })
     }
 
@@ -221,14 +235,10 @@ impl Model {
                 m.upload(ctx, f16)?;
             }
         }
-        // Output head: only rank 0 computes logits. The embedding doubles as the tied head;
-        // its rows are still gathered on the CPU copy.
-        if self.plan.rank == 0 {
-            match &mut self.lm_head {
-                Some(h) => h.upload(ctx, f16)?,
-                None => self.embed.upload(ctx, f16)?,
-            }
-        }
+        // Output head: each rank computes the logits of its vocabulary slice, so only those
+        // rows go to the GPU, as a matrix of their own. The CPU copy stays whole (the embedding
+        // doubles as the tied head and is looked up on the CPU).
+        self.head_gpu = self.head().upload_rows(ctx, self.plan.vocab.clone(), f16)?;
         use crate::gpu::layer::{GpuLayer, LayerKernels, LayerSpec};
         let kernels = LayerKernels::new(ctx);
         let cfg = &self.cfg;
@@ -302,7 +312,8 @@ impl Model {
     }
 
     /// Runs one token at position `cache.len()` through the model and appends its K/V.
-    /// Returns the logits when `want_logits` (only rank 0 may ask, see [`Model::load`]).
+    /// When `want_logits`, also computes the logits (see [`Model::logits`]): every rank must
+    /// pass the same `want_logits`, and rank 0 gets `Some(logits)`, the others `None`.
     pub fn forward(
         &self,
         token: u32,
@@ -316,7 +327,8 @@ impl Model {
     /// Runs `tokens` (positions `cache.len()..`) through the model at once, with causal
     /// attention, and appends their K/V. Used for prefill: weights are read once for all tokens
     /// and each layer does its two `all_sum`s on `tokens.len() x hidden` values instead of one
-    /// pair per token. Returns the logits of the last token when `want_logits`.
+    /// pair per token. Computes the logits of the last token when `want_logits`, like
+    /// [`Model::forward`].
     pub fn forward_batch(
         &self,
         tokens: &[u32],
@@ -333,7 +345,7 @@ impl Model {
         #[cfg(feature = "gpu")]
         if self.gpu_layers.is_some() {
             let x = self.forward_gpu(tokens, cache, comm)?;
-            return self.finish(x, 1, cache, want_logits);
+            return self.finish(x, 1, cache, comm, want_logits);
         }
         let n_q = self.plan.q_heads.len();
         let n_kv = self.plan.kv_heads.len();
@@ -419,7 +431,7 @@ impl Model {
             x.iter_mut().zip(&part).for_each(|(a, b)| *a += b);
         }
         cache.len += t;
-        self.finish(x, t, cache, want_logits)
+        self.finish(x, t, cache, comm, want_logits)
     }
 
     /// Records the residual fingerprint and, when asked, computes the last token's logits.
@@ -428,6 +440,7 @@ impl Model {
         x: Vec<f32>,
         t: usize,
         cache: &mut KvCache,
+        comm: &dyn Comm,
         want_logits: bool,
     ) -> anyhow::Result<Option<Vec<f32>>> {
         let cfg = &self.cfg;
@@ -440,12 +453,50 @@ impl Model {
         if !want_logits {
             return Ok(None);
         }
-        ensure!(self.plan.rank == 0, "only rank 0 holds the output head");
-        let mut last = x[(t - 1) * h..].to_vec();
-        rmsnorm_inplace(&mut last, &self.final_norm, cfg.rms_eps);
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let mut logits = vec![0f32; cfg.vocab_size];
-        head.matvec(&last, &mut logits)?;
-        Ok(Some(logits))
+        self.logits(&x[(t - 1) * h..], comm)
+    }
+
+    /// The output head: the separate `lm_head`, or the embedding when tied.
+    fn head(&self) -> &Mat {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+
+    /// This rank's logits, rows `plan.vocab` of the head times the normalised `xn`: on the GPU
+    /// after `upload_to_gpu` (unless the slice is empty), else on the CPU.
+    fn head_slice(&self, xn: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
+        #[cfg(feature = "gpu")]
+        if let Some(g) = &self.head_gpu {
+            return g.matvec(xn, out);
+        }
+        self.head().matvec_rows(self.plan.vocab.clone(), xn, out)
+    }
+
+    /// Logits `head · rmsnorm(hidden)` for a final hidden state `hidden` (the same on every
+    /// rank), computed split across ranks: this rank computes the rows `plan.vocab`, then the
+    /// slices are gathered to rank 0, which gets `Some(all logits)`; the others get `None`.
+    /// A collective: every rank must call it at the same point. The result has the same bits as
+    /// the whole head computed on one rank (each row's dot product does not depend on the
+    /// slicing).
+    pub fn logits(&self, hidden: &[f32], comm: &dyn Comm) -> anyhow::Result<Option<Vec<f32>>> {
+        let cfg = &self.cfg;
+        ensure!(hidden.len() == cfg.hidden_size, "hidden state has {} values, not {}", hidden.len(), cfg.hidden_size);
+        ensure!(
+            comm.rank() == self.plan.rank && comm.size() == self.plan.size,
+            "comm is rank {} of {}, the model shard rank {} of {}",
+            comm.rank(),
+            comm.size(),
+            self.plan.rank,
+            self.plan.size
+        );
+        let mut xn = hidden.to_vec();
+        rmsnorm_inplace(&mut xn, &self.final_norm, cfg.rms_eps);
+        let mut mine = vec![0f32; self.plan.vocab.len()];
+        self.head_slice(&xn, &mut mine)?;
+        let counts: Vec<usize> =
+            (0..self.plan.size).map(|r| crate::shard::split_range(cfg.vocab_size, self.plan.size, r).len()).collect();
+        let root = self.plan.rank == 0;
+        let mut all = vec![0f32; if root { cfg.vocab_size } else { 0 }];
+        comm.gather_f32(&mine, &mut all, &counts, 0).context("gathering the logit slices")?;
+        Ok(root.then_some(all))
     }
 }

@@ -79,20 +79,37 @@ impl Mat {
     /// heads) stay on the CPU path, which handles them trivially.
     #[cfg(feature = "gpu")]
     pub fn upload(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>, f16: bool) -> anyhow::Result<()> {
-        if self.rows > 0 && self.cols > 0 {
-            // The GPU kernels are f32-only: quantised matrices are decoded for the upload.
-            let dense;
-            let data = match &self.quant {
-                Some(q) => {
-                    dense = q.dequantize_all();
-                    &dense
-                }
-                None => &self.data,
-            };
-            let g = crate::gpu::GpuMat::upload_as(ctx, self.rows, self.cols, data, f16)?;
-            self.gpu = Some(std::sync::Arc::new(g));
-        }
+        self.gpu = self.upload_rows(ctx, 0..self.rows, f16)?.map(std::sync::Arc::new);
         Ok(())
+    }
+
+    /// Rows `r` as a separate GPU matrix (e.g. one rank's slice of the output head), leaving
+    /// `self` on the CPU; `None` when the slice is empty. The GPU kernels are f32-only (or f16
+    /// with `f16`): quantised rows are decoded for the upload.
+    #[cfg(feature = "gpu")]
+    pub fn upload_rows(
+        &self,
+        ctx: &std::sync::Arc<crate::gpu::GpuContext>,
+        r: std::ops::Range<usize>,
+        f16: bool,
+    ) -> anyhow::Result<Option<crate::gpu::GpuMat>> {
+        anyhow::ensure!(r.end <= self.rows, "rows {r:?} out of {}", self.rows);
+        if r.is_empty() || self.cols == 0 {
+            return Ok(None);
+        }
+        let dense;
+        let data = match &self.quant {
+            Some(q) => {
+                let mut d = vec![0f32; r.len() * self.cols];
+                for (i, row) in d.chunks_exact_mut(self.cols).enumerate() {
+                    q.dequantize_row(r.start + i, row);
+                }
+                dense = d;
+                &dense
+            }
+            None => &self.data[r.start * self.cols..r.end * self.cols],
+        };
+        Ok(Some(crate::gpu::GpuMat::upload_as(ctx, r.len(), self.cols, data, f16)?))
     }
 
     /// `out` (`t x rows`) = `xs` (`t x cols`) · selfᵀ, on the CPU.
@@ -146,19 +163,33 @@ impl Mat {
         if let Some(g) = &self.gpu {
             return g.matvec(x, out);
         }
+        self.matvec_rows(0..self.rows, x, out)
+    }
+
+    /// `out = self[r] · x`: the product with rows `r` only, on the CPU. Each output is computed
+    /// exactly as [`Mat::matvec`] computes that row (same kernel, same summation order), so
+    /// slices computed on different ranks concatenate to the bits of the whole product.
+    pub fn matvec_rows(&self, r: std::ops::Range<usize>, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
+        anyhow::ensure!(r.start <= r.end && r.end <= self.rows, "matvec: rows {r:?} out of {}", self.rows);
+        anyhow::ensure!(x.len() == self.cols, "matvec: input length {} != {}", x.len(), self.cols);
+        anyhow::ensure!(out.len() == r.len(), "matvec: output length {} != {}", out.len(), r.len());
+        if r.is_empty() || self.cols == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
         // Chunks of rows per task keep rayon's overhead small relative to the dot products.
         let rows_per_task = (16384 / self.cols).clamp(1, 64);
         if let Some(q) = &self.quant {
             let sums = q.block_sums(x);
             out.par_chunks_mut(rows_per_task).enumerate().for_each(|(ci, o)| {
                 for (i, oi) in o.iter_mut().enumerate() {
-                    *oi = q.dot_row(ci * rows_per_task + i, x, &sums);
+                    *oi = q.dot_row(r.start + ci * rows_per_task + i, x, &sums);
                 }
             });
             return Ok(());
         }
         out.par_chunks_mut(rows_per_task).enumerate().for_each(|(ci, o)| {
-            self.for_rows(ci * rows_per_task, o.len(), |i, row| o[i] = dot(row, x));
+            self.for_rows(r.start + ci * rows_per_task, o.len(), |i, row| o[i] = dot(row, x));
         });
         Ok(())
     }

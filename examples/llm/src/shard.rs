@@ -6,6 +6,9 @@
 //!   it then contributes a zero attention partial and still does its share of the MLP.
 //! - MLP features are split the same way, in units of 32 when the width allows, so shards of
 //!   block-quantised weights line up with quantisation blocks.
+//! - The output head's *computation* is split by vocabulary rows (the weights stay replicated):
+//!   each rank computes the logits of a contiguous slice and rank 0 gathers them. A rank gets an
+//!   empty slice when the vocabulary is smaller than the world.
 
 use std::ops::Range;
 
@@ -37,6 +40,9 @@ pub struct ShardPlan {
     pub q_heads: Range<usize>,
     /// Owned MLP intermediate features (global indices).
     pub ffn: Range<usize>,
+    /// Vocabulary entries whose logits this rank computes (global row indices of the output
+    /// head, which every rank holds in full).
+    pub vocab: Range<usize>,
 }
 
 impl ShardPlan {
@@ -56,6 +62,7 @@ impl ShardPlan {
         let unit = if cfg.intermediate_size % 32 == 0 && cfg.intermediate_size / 32 >= size { 32 } else { 1 };
         let u = split_range(cfg.intermediate_size / unit, size, rank);
         let ffn = u.start * unit..u.end * unit;
-        Ok(Self { rank, size, kv_heads, q_heads, ffn })
+        let vocab = split_range(cfg.vocab_size, size, rank);
+        Ok(Self { rank, size, kv_heads, q_heads, ffn, vocab })
     }
 }

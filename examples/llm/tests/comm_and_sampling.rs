@@ -34,6 +34,37 @@ fn local_all_sum_is_identical_on_all_ranks() {
     assert!((res[0][0] - 0.6).abs() < 1e-6 && res[0][2] == -3.0);
 }
 
+/// The logits gather: uneven parts (one empty, which is never sent) land on the root in rank
+/// order; the root need not be rank 0. Shape mistakes are local errors.
+#[test]
+fn gather_uneven_parts_to_the_root() {
+    let counts = [2usize, 0, 3];
+    let root = 2;
+    let res: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let hs: Vec<_> = boltccl::Group::local_world(3)
+            .into_iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let r = c.rank();
+                    let mine: Vec<f32> = (0..counts[r]).map(|i| (10 * r + i) as f32).collect();
+                    let mut all = vec![f32::NAN; if r == root { 5 } else { 0 }];
+                    c.gather_f32(&mine, &mut all, &counts, root).unwrap();
+                    all
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(res[root], [0.0, 1.0, 20.0, 21.0, 22.0]);
+    assert!(res[0].is_empty() && res[1].is_empty());
+    let one = boltccl_llm::comm::SingleRank;
+    let mut all = [0f32; 2];
+    one.gather_f32(&[1.0, 2.0], &mut all, &[2], 0).unwrap();
+    assert_eq!(all, [1.0, 2.0]);
+    assert!(one.gather_f32(&[1.0], &mut all, &[2], 0).is_err(), "part length must match its count");
+    assert!(one.gather_f32(&[1.0, 2.0], &mut [0f32; 3], &[2], 0).is_err(), "output must hold all parts");
+}
+
 #[test]
 fn a_failed_rank_does_not_hang_the_others() {
     let mut world = boltccl::Group::local_world(3);
@@ -93,6 +124,12 @@ impl Comm for SkewedComm {
     }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         self.0.broadcast_u32(x, root)
+    }
+    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
+        self.0.send_f32(x, peer)
+    }
+    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
+        self.0.recv_f32(x, peer)
     }
 }
 

@@ -45,10 +45,14 @@ fn encode(hf: &str, data: &[f32]) -> (String, u32, (Vec<u8>, Vec<f32>)) {
 }
 
 fn build() -> (std::path::PathBuf, std::path::PathBuf) {
-    let s = spec();
+    build_with(&spec())
+}
+
+/// The GGUF file (quantised per [`encode`]) and its dequantised safetensors twin for `s`.
+fn build_with(s: &Spec) -> (std::path::PathBuf, std::path::PathBuf) {
     let mut raw = Vec::new();
     let mut dense = Vec::new();
-    for (name, t) in tensors(&s) {
+    for (name, t) in tensors(s) {
         let (g, ty, (bytes, values)) = encode(&name, &t.data);
         raw.push(RawTensor { name: g, shape: t.shape.clone(), ty, bytes });
         dense.push((name, Tensor { shape: t.shape, data: values }));
@@ -69,7 +73,7 @@ fn build() -> (std::path::PathBuf, std::path::PathBuf) {
     let dir = temp_dir("gguf");
     let path = dir.join("tiny.gguf");
     std::fs::write(&path, gw::write(&meta, &raw)).unwrap();
-    let st = write_checkpoint(&s, &dense, StoreDtype::F32);
+    let st = write_checkpoint(s, &dense, StoreDtype::F32);
     (path, st)
 }
 
@@ -129,6 +133,22 @@ fn quantized_storage_matches_f32_expansion() {
         let lq = q.forward_batch(toks, &mut cq, &SingleRank, true).unwrap().unwrap();
         let lf = f.forward_batch(toks, &mut cf, &SingleRank, true).unwrap().unwrap();
         assert!(max_diff(&[lq], &[lf]) <= 1e-5);
+    }
+    let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+    let _ = std::fs::remove_dir_all(st);
+}
+
+/// The split output head on quantised weights: with a tied head (the Q8_0 embedding) kept
+/// quantised, and expanded to f32, every TP's gathered logits are one rank's bits.
+#[test]
+fn split_quantized_head_gives_the_one_rank_bits() {
+    let (gguf, st) = build_with(&Spec { tie: true, ..spec() });
+    let g = loader::open(&gguf).unwrap().weights;
+    assert!(g.config().tie_embeddings);
+    assert!(g.quant_rows("model.embed_tokens.weight", 0..1).unwrap().is_some(), "head must be quantised");
+    for keep_quantized in [true, false] {
+        let opts = boltccl_llm::model::LoadOptions { keep_quantized };
+        common::check_split_head_bits(g.as_ref(), &[2, 3, 4], opts, &|_| {});
     }
     let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
     let _ = std::fs::remove_dir_all(st);

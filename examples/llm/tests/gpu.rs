@@ -13,7 +13,7 @@ use boltccl_llm::loader::WeightSource;
 use boltccl_llm::model::Model;
 use boltccl_llm::sample::{Rng, Sampler};
 use boltccl_llm::shard::ShardPlan;
-use common::{max_diff, open, run_tp, tensors, write_checkpoint, Spec};
+use common::{check_split_head_bits, max_diff, open, run_tp, tensors, write_checkpoint, Spec};
 
 fn gpu() -> Option<Arc<GpuContext>> {
     match GpuContext::new().expect("GPU init failed") {
@@ -107,6 +107,34 @@ fn gpu_decode_matches_cpu() {
             let d = max_diff(&g.logits, &cpu.logits);
             eprintln!("{} GPU TP={tp}: max |logit diff| vs CPU = {d:.2e}", spec.model_type);
             assert!(d < 1e-4, "{} GPU TP={tp}: {d}", spec.model_type);
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// The output head split on the GPU: each rank uploads only its rows of the head (tied or
+/// separate) and the gathered logits are the bits of the whole head on one rank's GPU (one
+/// workgroup per row, whatever the slice), including a rank with an empty slice (CPU path).
+#[test]
+fn gpu_split_head_gives_the_one_rank_bits() {
+    let Some(ctx) = gpu() else { return };
+    let f16s: &[bool] = if ctx.supports_f16() { &[false, true] } else { &[false] };
+    for spec in [Spec::odd(), Spec { vocab: 3, tie: true, ..Spec::odd() }] {
+        let dir = write_checkpoint(&spec, &tensors(&spec), StoreDtype::F32);
+        let src = open(&dir);
+        for &f16 in f16s {
+            let upload = |m: &mut Model| m.upload_to_gpu(&ctx, f16).unwrap();
+            check_split_head_bits(src.as_ref(), &[3, 4], Default::default(), &upload);
+        }
+        if ctx.supports_f16() {
+            // The head really runs on the GPU: its f16 copy gives other logits than the CPU's.
+            let plan = ShardPlan::new(src.config(), 0, 1).unwrap();
+            let mut m = Model::load(src.as_ref(), plan).unwrap();
+            let x = vec![0.5f32; spec.hidden];
+            let cpu = m.logits(&x, &boltccl_llm::comm::SingleRank).unwrap().unwrap();
+            m.upload_to_gpu(&ctx, true).unwrap();
+            let g = m.logits(&x, &boltccl_llm::comm::SingleRank).unwrap().unwrap();
+            assert_ne!(cpu, g, "vocab {}: head not computed on the GPU", spec.vocab);
         }
         let _ = std::fs::remove_dir_all(dir);
     }

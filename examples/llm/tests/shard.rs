@@ -52,6 +52,17 @@ fn smollm2_plans() {
     assert_eq!(p(0, 5).ffn, 0..320);
     assert_eq!(p(4, 5).ffn, 1248..1536);
     assert!(p(4, 5).ffn.start % 32 == 0);
+    // The output head's rows (logits) split evenly and cover the vocabulary.
+    assert_eq!((p(0, 3).vocab, p(1, 3).vocab, p(2, 3).vocab), (0..16384, 16384..32768, 32768..49152));
+    assert_eq!((p(0, 5).vocab, p(4, 5).vocab), (0..9831, 39322..49152));
+}
+
+#[test]
+fn vocabulary_smaller_than_the_world_leaves_empty_slices() {
+    let mut c = smollm2();
+    c.vocab_size = 3;
+    let v: Vec<_> = (0..4).map(|r| ShardPlan::new(&c, r, 4).unwrap().vocab).collect();
+    assert_eq!(v, [0..1, 1..2, 2..3, 3..3]);
 }
 
 #[test]

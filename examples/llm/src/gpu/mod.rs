@@ -5,7 +5,8 @@
 //! gate/up, SiLU, down). Each segment is one submission and one read-back of the partial hidden
 //! vector; the host adds the residual and runs the all_sum in between, so collectives always see
 //! completed, host-visible results and the GPU never waits on the network (the contract from
-//! the research note). The output head is a plain [`GpuMat`] product on rank 0.
+//! the research note). The output head is a plain [`GpuMat`] product: each rank uploads only
+//! the rows of its vocabulary slice and rank 0 gathers the logits on the host.
 
 use std::sync::{mpsc, Arc};
 

@@ -188,6 +188,54 @@ pub fn run_tp_with(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize, 
     outs.into_iter().next().unwrap()
 }
 
+/// The bits of each value (for exact comparisons that also tell -0 from +0).
+pub fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+/// [`Model::logits`] split over `tp` ranks must give rank 0 exactly the bits of the whole head
+/// computed on one rank, for a few random final hidden states, and `None` on the other ranks.
+/// `prepare` runs on every loaded model first (e.g. a GPU upload).
+pub fn check_split_head_bits(
+    src: &dyn WeightSource,
+    tps: &[usize],
+    opts: LoadOptions,
+    prepare: &(dyn Fn(&mut Model) + Sync),
+) {
+    let cfg = src.config();
+    let mut rng = Rng::new(21);
+    let hiddens: Vec<Vec<f32>> = (0..3).map(|_| randn(&mut rng, cfg.hidden_size, 1.0)).collect();
+    let mut one = Model::load_with(src, ShardPlan::new(cfg, 0, 1).unwrap(), opts).unwrap();
+    prepare(&mut one);
+    let comm = boltccl_llm::comm::SingleRank;
+    let want: Vec<Vec<u32>> = hiddens.iter().map(|x| bits(&one.logits(x, &comm).unwrap().unwrap())).collect();
+    assert!(want.iter().all(|w| w.len() == cfg.vocab_size));
+    assert_ne!(want[0], want[1], "degenerate fixture: logits do not depend on the hidden state");
+    for &tp in tps {
+        let outs: Vec<Vec<Option<Vec<f32>>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = boltccl::Group::local_world(tp)
+                .into_iter()
+                .map(|c| {
+                    let hiddens = &hiddens;
+                    s.spawn(move || {
+                        let plan = ShardPlan::new(cfg, c.rank(), c.size()).unwrap();
+                        let mut model = Model::load_with(src, plan, opts).unwrap();
+                        prepare(&mut model);
+                        hiddens.iter().map(|x| model.logits(x, &c).unwrap()).collect()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, w) in want.iter().enumerate() {
+            let got = bits(outs[0][i].as_ref().expect("rank 0 gets the logits"));
+            let n = got.iter().zip(w).filter(|(a, b)| a != b).count();
+            assert!(got == *w, "TP={tp}, hidden state {i}: {n} of {} logits differ from one rank's head", w.len());
+        }
+        assert!(outs[1..].iter().flatten().all(Option::is_none), "TP={tp}: only rank 0 gets logits");
+    }
+}
+
 /// Opens a checkpoint written by [`write_checkpoint`].
 pub fn open(dir: &Path) -> Box<dyn WeightSource> {
     loader::open(dir).unwrap().weights
