@@ -19,22 +19,26 @@ const PHASE_REDUCE: u32 = 8;
 const PHASE_BROADCAST: u32 = 9;
 const DIRS: [Dir; 2] = [1, -1];
 
-/// Mutable views of the sorted, non-overlapping `ranges` of `buf` (gaps allowed).
+/// Mutable views of the non-overlapping `ranges` of `buf`, in the order given (gaps allowed).
 fn regions<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<Vec<&'b mut [u8]>> {
-    let mut out = Vec::with_capacity(ranges.len());
+    // Split in address order (empty ranges first at a shared start), then put back in order.
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
+    let mut out: Vec<Option<&'b mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
     let mut at = 0;
-    for r in ranges {
+    for &i in &order {
+        let r = &ranges[i];
         if r.start < at || r.end > at + buf.len() {
             return Err(Error::Internal(format!("ring regions overlap or overrun at {r:?}")));
         }
         let rest = std::mem::take(&mut buf);
         let (_, rest) = rest.split_at_mut(r.start - at);
         let (head, tail) = rest.split_at_mut(r.len());
-        out.push(head);
+        out[i] = Some(head);
         buf = tail;
         at = r.end;
     }
-    Ok(out)
+    Ok(out.into_iter().map(|v| v.expect("every range was split")).collect())
 }
 
 /// The two halves (clockwise, counter-clockwise) of element range `seg`, in bytes.
@@ -65,12 +69,8 @@ pub(crate) fn all_gather(ctx: &mut Ctx<'_>, input: &[u8], output: &mut [u8], e: 
                 ranges.push(sb * len + hs[di].start..sb * len + hs[di].end);
                 ranges.push(rb * len + hs[di].start..rb * len + hs[di].end);
             }
-            // Sort the four regions by offset for the split, remembering where each went.
-            let mut order: Vec<usize> = (0..4).collect();
-            order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
-            let sorted: Vec<Range<usize>> = order.iter().map(|&i| ranges[i].clone()).collect();
-            let mut views: Vec<Option<&mut [u8]>> = regions(output, &sorted)?.into_iter().map(Some).collect();
-            let mut take = |i: usize| views[order.iter().position(|&o| o == i).expect("index")].take().expect("once");
+            let mut views: Vec<Option<&mut [u8]>> = regions(output, &ranges)?.into_iter().map(Some).collect();
+            let mut take = |i: usize| views[i].take().expect("each region is used once");
             let mut sends = Vec::new();
             let mut recvs = Vec::new();
             for (di, &(to, from, si, ri)) in ops.iter().enumerate() {
@@ -226,14 +226,9 @@ pub(crate) fn broadcast(ctx: &mut Ctx<'_>, buf: &mut [u8], root: usize, e: usize
         if plan.is_empty() {
             continue;
         }
-        let mut order: Vec<usize> = (0..ranges.len()).collect();
-        order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
-        let sorted: Vec<Range<usize>> = order.iter().map(|&i| ranges[i].clone()).collect();
-        let mut views: Vec<Option<&mut [u8]>> = regions(buf, &sorted)?.into_iter().map(Some).collect();
         let mut sends = Vec::new();
         let mut recvs = Vec::new();
-        for (i, &(di, send, k)) in plan.iter().enumerate() {
-            let view = views[order.iter().position(|&o| o == i).expect("index")].take().expect("once");
+        for (view, &(di, send, k)) in regions(buf, &ranges)?.into_iter().zip(&plan) {
             let (to, from) = ring_neighbors(me, p, DIRS[di]);
             let header = ctx.hdr(PHASE_BROADCAST, k, di, view.len());
             if send {
@@ -254,8 +249,9 @@ mod tests {
     #[test]
     fn regions_skip_gaps_and_reject_overlaps() {
         let mut b: Vec<u8> = (0..10).collect();
-        let v = regions(&mut b, &[1..3, 5..6, 6..9]).unwrap();
-        assert_eq!(v.iter().map(|r| r.to_vec()).collect::<Vec<_>>(), vec![vec![1, 2], vec![5], vec![6, 7, 8]]);
+        let v = regions(&mut b, &[5..6, 1..3, 6..9, 3..3]).unwrap();
+        let got: Vec<Vec<u8>> = v.iter().map(|r| r.to_vec()).collect();
+        assert_eq!(got, vec![vec![5], vec![1, 2], vec![6, 7, 8], vec![]], "views come back in the order asked");
         assert!(regions(&mut b, &[1..4, 3..5]).is_err());
         assert!(regions(&mut b, &[2..3, 8..12]).is_err(), "past the end");
     }
