@@ -60,7 +60,7 @@ pub(crate) fn all_gather(ctx: &mut Ctx<'_>, input: &[u8], output: &mut [u8], e: 
     for (s, seg) in pieces(0..len / e, segment_elems(ctx, MAX_BATCH, e)).enumerate() {
         let hs = halves(&seg, e);
         for step in 0..p - 1 {
-            let mut ops = [0usize; 2].map(|_| (0, 0, 0, 0));
+            let mut ops = [(0, 0, 0, 0); 2];
             let mut ranges = Vec::with_capacity(4);
             for (di, &d) in DIRS.iter().enumerate() {
                 let (to, from) = ring_neighbors(me, p, d);
