@@ -30,8 +30,9 @@ fn main() -> boltccl::Result<()> {
     if g.rank() == 0 {
         let bus = 2.0 * (p as f64 - 1.0) / p as f64 * bytes as f64 / per;
         println!(
-            "BENCH ranks={p} algo={} bytes={bytes} time_ms={:.1} busbw_MBps={:.1}",
+            "BENCH ranks={p} algo={} ran={} bytes={bytes} time_ms={:.1} busbw_MBps={:.1}",
             g.config().algo.name(),
+            g.all_reduce_algorithm(bytes).name(),
             per * 1e3,
             bus / 1e6
         );

@@ -5,9 +5,15 @@
 # provider). Compares 64 MiB all_sum with direct reduce-scatter/all-gather (uses all 3 links
 # of each rank) against the bidirectional ring (uses 2 of them).
 #
+# BENCH_TOPOLOGY=ring instead cables only ring neighbours (i, i+1): the other pairs are joined
+# by "Ethernet" links capped at BENCH_ETH_RATE (default 25mbit) that the device matrix leaves
+# out, so boltccl uses TCP there. It then compares `auto` (which sees the ring and keeps the
+# data on the cables with the ring algorithms) against forcing direct (which must use the
+# Ethernet pairs too).
+#
 # Needs root, iproute2 and tc. Usage: scripts/bench_netns.sh [rate, default 100mbit] [bytes, default 64 MiB]
 # Environment: BENCH_ITERS (timed calls, default 3), BENCH_RANKS (default 4), BENCH_WRAP (a command
-# prefix for each rank, e.g. "taskset -c 0").
+# prefix for each rank, e.g. "taskset -c 0"), BENCH_TOPOLOGY (mesh or ring), BENCH_ETH_RATE.
 # Only addresses inside the namespaces this script creates are used (10.252.x.y).
 set -euo pipefail
 
@@ -15,6 +21,8 @@ RATE="${1:-100mbit}"
 BYTES="${2:-67108864}"
 ITERS="${BENCH_ITERS:-3}"
 N="${BENCH_RANKS:-4}"
+TOPOLOGY="${BENCH_TOPOLOGY:-mesh}"
+ETH_RATE="${BENCH_ETH_RATE:-25mbit}"
 TAG="bb$$"
 RPS_MASK=$(printf '%x' $(( (1 << $(nproc)) - 1 )))
 cd "$(dirname "$0")/.."
@@ -35,6 +43,12 @@ trap cleanup EXIT INT TERM
 iface() { echo "${TAG}$1$2"; }
 addr() { local a=$(( $1 < $2 ? $1 : $2 )) b=$(( $1 < $2 ? $2 : $1 )); echo "10.252.$((10 * a + b)).$(($1 + 1))"; }
 identity() { if [ "$1" = 0 ]; then addr 0 1; else addr "$1" 0; fi; }
+# Whether ranks $1 and $2 are joined by a cable (an RDMA device in the matrix).
+cabled() {
+    [ "$TOPOLOGY" = mesh ] && return 0
+    local d=$(( ($1 - $2 + N) % N ))
+    [ "$d" = 1 ] || [ "$d" = $((N - 1)) ]
+}
 
 for k in $(seq 0 $((N - 1))); do
     ns="${TAG}_$k"
@@ -59,7 +73,8 @@ for i in $(seq 0 $((N - 1))); do
             ip netns exec "$ns" sh -c "echo $RPS_MASK > /sys/class/net/$dev/queues/rx-0/rps_cpus"
             # A large limit: tbf delays instead of dropping, so UDP senders are paced by
             # their socket buffers (UC would turn drops into errors).
-            ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$RATE" burst 64kb limit 64mb
+            if cabled "$i" "$j"; then rate="$RATE"; else rate="$ETH_RATE"; fi
+            ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst 64kb limit 64mb
         done
     done
 done
@@ -84,7 +99,7 @@ done
         echo -n "["
         for j in $(seq 0 $((N - 1))); do
             [ "$j" -gt 0 ] && echo -n ","
-            if [ "$i" = "$j" ]; then echo -n null; else echo -n "\"rdma_$(iface "$i" "$j")\""; fi
+            if [ "$i" = "$j" ] || ! cabled "$i" "$j"; then echo -n null; else echo -n "\"rdma_$(iface "$i" "$j")\""; fi
         done
         echo -n "]"
     done
@@ -115,8 +130,15 @@ run() { # algo port
     rm -f "$out"
 }
 
+bw() { sed -n 's/.*busbw_MBps=\([0-9.]*\).*/\1/p' <<<"$1"; }
+if [ "$TOPOLOGY" = ring ]; then
+    echo "$N ranks cabled as a ring ($RATE per direction, tc tbf), the other pairs on $ETH_RATE Ethernet (TCP); $BYTES-byte all_sum, $ITERS timed calls"
+    a=$(run auto 29413); echo "$a"
+    d=$(run direct 29414); echo "$d"
+    awk -v a="$(bw "$a")" -v d="$(bw "$d")" 'BEGIN { printf "auto (ring over the cables) / direct (cables + Ethernet) bus bandwidth: %.2fx\n", a / d }'
+    exit 0
+fi
 echo "$N ranks, full mesh of veth links, each direction capped at $RATE by tc tbf; $BYTES-byte all_sum, $ITERS timed calls"
 d=$(run direct 29411); echo "$d"
 r=$(run ring 29412); echo "$r"
-bw() { sed -n 's/.*busbw_MBps=\([0-9.]*\).*/\1/p' <<<"$1"; }
 awk -v d="$(bw "$d")" -v r="$(bw "$r")" 'BEGIN { printf "direct / ring bus bandwidth: %.2fx (target >= 1.3x)\n", d / r }'
