@@ -6,7 +6,7 @@
 //! the minimum for an all-reduce, over all P-1 links in parallel.
 
 use super::plan::{bytes, partition, piece_count, pieces};
-use super::{bytes_of, cut, cut_mut, fold_rank_order, split_ranges, Ctx};
+use super::{bytes_of, cut, cut_mut, fold_rank_order, regions, Ctx};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
@@ -92,12 +92,12 @@ pub(crate) fn reduce_to_owner(
 /// Every rank holds `buf[shards[me]]`; afterwards every rank holds all of `buf`.
 pub(crate) fn all_gather_ranges(ctx: &mut Ctx<'_>, shards: &[Range<usize>], buf: &mut [u8], phase: u32) -> Result<()> {
     let (p, me, chunk) = (ctx.size(), ctx.me, ctx.chunk);
-    let mut regions = split_ranges(buf, shards);
-    let mine: &mut [u8] = std::mem::take(&mut regions[me]);
+    let mut shard_views = regions(buf, shards)?;
+    let mine: &mut [u8] = std::mem::take(&mut shard_views[me]);
     let mine: &[u8] = mine;
     let batch = MAX_BATCH_GATHER;
     let npieces = shards.iter().map(|r| piece_count(r.len(), chunk)).max().unwrap_or(1);
-    let mut region_pieces: Vec<Vec<&mut [u8]>> = regions.into_iter().map(|r| cut_mut(r, chunk)).collect();
+    let mut region_pieces: Vec<Vec<&mut [u8]>> = shard_views.into_iter().map(|r| cut_mut(r, chunk)).collect();
     for b in 0..npieces.div_ceil(batch) {
         let first = b * batch;
         let mut sends = Vec::new();
@@ -144,7 +144,7 @@ pub(crate) fn all_reduce(
     let others = p - 1;
     let shards: Vec<Range<usize>> = partition(buf.len() / e, p).iter().map(|r| bytes(r, e)).collect();
     let inputs: Option<Vec<Vec<&[u8]>>> = input.map(|i| shards.iter().map(|r| cut(&i[r.clone()], chunk)).collect());
-    let mut pieces: Vec<Vec<&mut [u8]>> = split_ranges(buf, &shards).into_iter().map(|r| cut_mut(r, chunk)).collect();
+    let mut pieces: Vec<Vec<&mut [u8]>> = regions(buf, &shards)?.into_iter().map(|r| cut_mut(r, chunk)).collect();
     let batch = ctx.batch(others);
     let batches = pieces.iter().map(Vec::len).max().unwrap_or(1).div_ceil(batch);
     let mut scratch = std::mem::take(ctx.scratch);

@@ -20,7 +20,7 @@ pub mod ring;
 pub mod ring_ops;
 
 use crate::dtype::{DType, ReduceOp};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::reduce::{combine, fold, Order};
 use crate::transport::{Limits, OnRecv, RecvOp, SendOp, Transport};
 use crate::wire::Header;
@@ -85,18 +85,26 @@ pub(crate) fn bytes_of(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
     &mut bytemuck::cast_slice_mut(&mut buf[..words])[..len]
 }
 
-/// Split `buf` into the consecutive `ranges` (which must tile a prefix of it, in order).
-pub(crate) fn split_ranges<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Vec<&'b mut [u8]> {
-    let mut out = Vec::with_capacity(ranges.len());
+/// Mutable views of the non-overlapping `ranges` of `buf`, in the order given (gaps allowed).
+pub(crate) fn regions<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<Vec<&'b mut [u8]>> {
+    // Split in address order (empty ranges first at a shared start), then put back in order.
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
+    let mut out: Vec<Option<&'b mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
     let mut at = 0;
-    for r in ranges {
-        debug_assert_eq!(r.start, at, "ranges must be consecutive");
-        let (head, tail) = std::mem::take(&mut buf).split_at_mut(r.len());
-        out.push(head);
+    for &i in &order {
+        let r = &ranges[i];
+        if r.start < at || r.end > at + buf.len() {
+            return Err(Error::Internal(format!("regions overlap or overrun at {r:?}")));
+        }
+        let rest = std::mem::take(&mut buf);
+        let (_, rest) = rest.split_at_mut(r.start - at);
+        let (head, tail) = rest.split_at_mut(r.len());
+        out[i] = Some(head);
         buf = tail;
         at = r.end;
     }
-    out
+    Ok(out.into_iter().map(|v| v.expect("every range was split")).collect())
 }
 
 /// Cut a region into chunk pieces; an empty region is one empty piece (as [`plan::pieces`] plans).
@@ -164,5 +172,20 @@ pub(crate) fn fold_rank_order<'s>(
                 fold(op, dtype, out, other(q), Order::AccFirst);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_skip_gaps_and_reject_overlaps() {
+        let mut b: Vec<u8> = (0..10).collect();
+        let v = regions(&mut b, &[5..6, 1..3, 6..9, 3..3]).unwrap();
+        let got: Vec<Vec<u8>> = v.iter().map(|r| r.to_vec()).collect();
+        assert_eq!(got, vec![vec![5], vec![1, 2], vec![6, 7, 8], vec![]], "views come back in the order asked");
+        assert!(regions(&mut b, &[1..4, 3..5]).is_err());
+        assert!(regions(&mut b, &[2..3, 8..12]).is_err(), "past the end");
     }
 }

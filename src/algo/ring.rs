@@ -5,7 +5,7 @@
 //! Large buffers are cut into segments so that scratch stays inside the budget.
 
 use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
-use super::{bytes_of, cut_mut, split_ranges, Ctx};
+use super::{bytes_of, cut, cut_mut, regions, Ctx};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::reduce::{combine, fold, Order};
@@ -14,7 +14,8 @@ use std::ops::Range;
 
 const PHASE_REDUCE: u32 = 4;
 const PHASE_GATHER: u32 = 5;
-const DIRS: [Dir; 2] = [1, -1];
+/// Clockwise, then counter-clockwise: piece `k` of direction `d` is numbered `2k + d`.
+pub(super) const DIRS: [Dir; 2] = [1, -1];
 
 /// Ring all-reduce. `input` is `None` when `buf` holds the input.
 pub(crate) fn all_reduce(
@@ -52,10 +53,40 @@ fn blocks(n: usize, p: usize, e: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
-fn four<'b>(regions: &'b mut [&mut [u8]], idx: [usize; 4]) -> Result<[&'b mut [u8]; 4]> {
-    let [a, b, c, d] =
-        regions.get_disjoint_mut(idx).map_err(|_| Error::Internal(format!("ring blocks overlap: {idx:?}")))?;
-    Ok([&mut **a, &mut **b, &mut **c, &mut **d])
+/// The four disjoint `ranges` of `buf`, in the order given.
+fn four(buf: &mut [u8], ranges: [Range<usize>; 4]) -> Result<[&mut [u8]; 4]> {
+    regions(buf, &ranges)?.try_into().map_err(|_| Error::Internal("four ring regions".into()))
+}
+
+/// One step of a bidirectional ring all-gather: in direction `DIRS[d]`, send `buf[moves[d].0]`
+/// to the next rank and receive `buf[moves[d].1]` from the previous one, in chunk pieces.
+pub(super) fn forward_step(
+    ctx: &mut Ctx<'_>,
+    buf: &mut [u8],
+    moves: [(Range<usize>, Range<usize>); 2],
+    phase: u32,
+    segment: usize,
+) -> Result<()> {
+    let (p, me, chunk) = (ctx.size(), ctx.me, ctx.chunk);
+    let [(s0, r0), (s1, r1)] = moves;
+    let [send0, recv0, send1, recv1] = four(buf, [s0, r0, s1, r1])?;
+    let mut sends = Vec::new();
+    let mut recvs = Vec::new();
+    for (di, (data, into)) in [(&*send0, recv0), (&*send1, recv1)].into_iter().enumerate() {
+        let (to, from) = ring_neighbors(me, p, DIRS[di]);
+        for (k, piece) in cut(data, chunk).into_iter().enumerate() {
+            sends.push(SendOp {
+                peer: ctx.peer(to),
+                header: ctx.hdr(phase, segment, 2 * k + di, piece.len()),
+                data: piece,
+            });
+        }
+        for (k, piece) in cut_mut(into, chunk).into_iter().enumerate() {
+            let n = piece.len();
+            recvs.push(RecvOp { peer: ctx.peer(from), expect: ctx.hdr(phase, segment, 2 * k + di, n), buf: piece });
+        }
+    }
+    ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -75,7 +106,6 @@ fn segment_all_reduce(
     let mut slot_store = [slot0, slot1];
     // Reduce-scatter.
     for step in 0..p - 1 {
-        let mut regions = split_ranges(buf, &blocks);
         let plan: Vec<(usize, usize, usize, usize)> = DIRS
             .iter()
             .map(|&d| {
@@ -84,8 +114,9 @@ fn segment_all_reduce(
                 (to, from, sb, rb)
             })
             .collect();
+        let block = |d: usize, b: usize| blocks[idx(d, b)].clone();
         let [s0, r0, s1, r1] =
-            four(&mut regions, [idx(0, plan[0].2), idx(0, plan[0].3), idx(1, plan[1].2), idx(1, plan[1].3)])?;
+            four(buf, [block(0, plan[0].2), block(0, plan[0].3), block(1, plan[1].2), block(1, plan[1].3)])?;
         let send_blocks: [&[u8]; 2] = match local {
             Some(l) if step == 0 => [&l[blocks[idx(0, plan[0].2)].clone()], &l[blocks[idx(1, plan[1].2)].clone()]],
             _ => [s0, s1],
@@ -132,38 +163,11 @@ fn segment_all_reduce(
     }
     // All-gather of the reduced blocks.
     for step in 0..p - 1 {
-        let mut regions = split_ranges(buf, &blocks);
-        let plan: Vec<(usize, usize, usize, usize)> = DIRS
-            .iter()
-            .map(|&d| {
-                let (to, from) = ring_neighbors(me, p, d);
-                let (sb, rb) = ring_all_gather_step(me, p, d, step, 1);
-                (to, from, sb, rb)
-            })
-            .collect();
-        let [s0, r0, s1, r1] =
-            four(&mut regions, [idx(0, plan[0].2), idx(0, plan[0].3), idx(1, plan[1].2), idx(1, plan[1].3)])?;
-        let send_blocks: [&[u8]; 2] = [s0, s1];
-        let mut recv_blocks: [&mut [u8]; 2] = [r0, r1];
-        let mut sends = Vec::new();
-        for (di, block) in send_blocks.iter().enumerate() {
-            for (k, r) in pieces(0..block.len(), chunk).enumerate() {
-                sends.push(SendOp {
-                    peer: ctx.peer(plan[di].0),
-                    header: ctx.hdr(PHASE_GATHER, segment, k * 2 + di, r.len()),
-                    data: &block[r],
-                });
-            }
-        }
-        let mut recvs = Vec::new();
-        for (di, block) in recv_blocks.iter_mut().enumerate() {
-            let from = ctx.peer(plan[di].1);
-            for (k, piece) in cut_mut(block, chunk).into_iter().enumerate() {
-                let len = piece.len();
-                recvs.push(RecvOp { peer: from, expect: ctx.hdr(PHASE_GATHER, segment, k * 2 + di, len), buf: piece });
-            }
-        }
-        ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+        let moves = [0, 1].map(|d| {
+            let (sb, rb) = ring_all_gather_step(me, p, DIRS[d], step, 1);
+            (blocks[idx(d, sb)].clone(), blocks[idx(d, rb)].clone())
+        });
+        forward_step(ctx, buf, moves, PHASE_GATHER, segment)?;
     }
     Ok(())
 }

@@ -7,7 +7,8 @@
 //! numbering and the scratch memory stay bounded.
 
 use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
-use super::{bytes_of, cut, cut_mut, Ctx, MAX_BATCH};
+use super::ring::{forward_step, DIRS};
+use super::{bytes_of, cut, cut_mut, regions, Ctx, MAX_BATCH};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::reduce::combine;
@@ -17,29 +18,6 @@ use std::ops::Range;
 const PHASE_GATHER: u32 = 7;
 const PHASE_REDUCE: u32 = 8;
 const PHASE_BROADCAST: u32 = 9;
-const DIRS: [Dir; 2] = [1, -1];
-
-/// Mutable views of the non-overlapping `ranges` of `buf`, in the order given (gaps allowed).
-fn regions<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<Vec<&'b mut [u8]>> {
-    // Split in address order (empty ranges first at a shared start), then put back in order.
-    let mut order: Vec<usize> = (0..ranges.len()).collect();
-    order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
-    let mut out: Vec<Option<&'b mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
-    let mut at = 0;
-    for &i in &order {
-        let r = &ranges[i];
-        if r.start < at || r.end > at + buf.len() {
-            return Err(Error::Internal(format!("ring regions overlap or overrun at {r:?}")));
-        }
-        let rest = std::mem::take(&mut buf);
-        let (_, rest) = rest.split_at_mut(r.start - at);
-        let (head, tail) = rest.split_at_mut(r.len());
-        out[i] = Some(head);
-        buf = tail;
-        at = r.end;
-    }
-    Ok(out.into_iter().map(|v| v.expect("every range was split")).collect())
-}
 
 /// The two halves (clockwise, counter-clockwise) of element range `seg`, in bytes.
 fn halves(seg: &Range<usize>, e: usize) -> [Range<usize>; 2] {
@@ -55,43 +33,16 @@ fn segment_elems(ctx: &Ctx<'_>, pieces_per_half: usize, e: usize) -> usize {
 /// Ring all-gather: `output` is P blocks of `input.len()` bytes; block q comes from rank q.
 /// Each step forwards the block received in the step before.
 pub(crate) fn all_gather(ctx: &mut Ctx<'_>, input: &[u8], output: &mut [u8], e: usize) -> Result<()> {
-    let (p, me, len, chunk) = (ctx.size(), ctx.me, input.len(), ctx.chunk);
+    let (p, me, len) = (ctx.size(), ctx.me, input.len());
     output[me * len..(me + 1) * len].copy_from_slice(input);
     for (s, seg) in pieces(0..len / e, segment_elems(ctx, MAX_BATCH, e)).enumerate() {
         let hs = halves(&seg, e);
         for step in 0..p - 1 {
-            let mut ops = [(0, 0, 0, 0); 2];
-            let mut ranges = Vec::with_capacity(4);
-            for (di, &d) in DIRS.iter().enumerate() {
-                let (to, from) = ring_neighbors(me, p, d);
-                let (sb, rb) = ring_all_gather_step(me, p, d, step, 0);
-                ops[di] = (to, from, ranges.len(), ranges.len() + 1);
-                ranges.push(sb * len + hs[di].start..sb * len + hs[di].end);
-                ranges.push(rb * len + hs[di].start..rb * len + hs[di].end);
-            }
-            let mut views: Vec<Option<&mut [u8]>> = regions(output, &ranges)?.into_iter().map(Some).collect();
-            let mut take = |i: usize| views[i].take().expect("each region is used once");
-            let mut sends = Vec::new();
-            let mut recvs = Vec::new();
-            for (di, &(to, from, si, ri)) in ops.iter().enumerate() {
-                let send: &[u8] = take(si);
-                for (k, piece) in cut(send, chunk).into_iter().enumerate() {
-                    sends.push(SendOp {
-                        peer: ctx.peer(to),
-                        header: ctx.hdr(PHASE_GATHER, s, 2 * k + di, piece.len()),
-                        data: piece,
-                    });
-                }
-                for (k, piece) in cut_mut(take(ri), chunk).into_iter().enumerate() {
-                    let n = piece.len();
-                    recvs.push(RecvOp {
-                        peer: ctx.peer(from),
-                        expect: ctx.hdr(PHASE_GATHER, s, 2 * k + di, n),
-                        buf: piece,
-                    });
-                }
-            }
-            ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+            let moves = [0, 1].map(|d| {
+                let (sb, rb) = ring_all_gather_step(me, p, DIRS[d], step, 0);
+                (sb * len + hs[d].start..sb * len + hs[d].end, rb * len + hs[d].start..rb * len + hs[d].end)
+            });
+            forward_step(ctx, output, moves, PHASE_GATHER, s)?;
         }
     }
     Ok(())
@@ -240,19 +191,4 @@ pub(crate) fn broadcast(ctx: &mut Ctx<'_>, buf: &mut [u8], root: usize, e: usize
         ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn regions_skip_gaps_and_reject_overlaps() {
-        let mut b: Vec<u8> = (0..10).collect();
-        let v = regions(&mut b, &[5..6, 1..3, 6..9, 3..3]).unwrap();
-        let got: Vec<Vec<u8>> = v.iter().map(|r| r.to_vec()).collect();
-        assert_eq!(got, vec![vec![5], vec![1, 2], vec![6, 7, 8], vec![]], "views come back in the order asked");
-        assert!(regions(&mut b, &[1..4, 3..5]).is_err());
-        assert!(regions(&mut b, &[2..3, 8..12]).is_err(), "past the end");
-    }
 }
