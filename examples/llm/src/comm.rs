@@ -26,22 +26,14 @@ pub trait Comm: Send + Sync {
     fn all_gather_u64(&self, _mine: &[u64]) -> anyhow::Result<Vec<u64>> {
         anyhow::bail!("this Comm cannot gather (timing report unavailable)")
     }
-    /// Send `x` to rank `peer` (for the timing report's clock alignment).
-    fn send_u64(&self, _x: &[u64], _peer: usize) -> anyhow::Result<()> {
-        anyhow::bail!("this Comm has no point-to-point send (timing report unavailable)")
+    /// Send `x` to rank `peer`, which calls [`Comm::recv_bytes`] with the same length (used by
+    /// [`Comm::gather_f32`] and by the timing report's clock alignment).
+    fn send_bytes(&self, _x: &[u8], _peer: usize) -> anyhow::Result<()> {
+        anyhow::bail!("this Comm has no point-to-point send")
     }
-    /// Receive `x` from rank `peer` (for the timing report's clock alignment).
-    fn recv_u64(&self, _x: &mut [u64], _peer: usize) -> anyhow::Result<()> {
-        anyhow::bail!("this Comm has no point-to-point receive (timing report unavailable)")
-    }
-    /// Send `x` to rank `peer`, which calls [`Comm::recv_f32`] with the same length (used by
-    /// the default [`Comm::gather_f32`]).
-    fn send_f32(&self, _x: &[f32], _peer: usize) -> anyhow::Result<()> {
-        anyhow::bail!("this Comm has no point-to-point send (needed to gather the logits)")
-    }
-    /// Receive `x` from rank `peer` (used by the default [`Comm::gather_f32`]).
-    fn recv_f32(&self, _x: &mut [f32], _peer: usize) -> anyhow::Result<()> {
-        anyhow::bail!("this Comm has no point-to-point receive (needed to gather the logits)")
+    /// Receive `x` from rank `peer`.
+    fn recv_bytes(&self, _x: &mut [u8], _peer: usize) -> anyhow::Result<()> {
+        anyhow::bail!("this Comm has no point-to-point receive")
     }
     /// Gather with uneven parts: rank `r` passes its `counts[r]` values as `mine`; on `root`,
     /// `all` (length `counts.iter().sum()`) receives every rank's part in rank order. `all` is
@@ -57,7 +49,7 @@ pub trait Comm: Send + Sync {
             counts[rank]
         );
         if rank != root {
-            return if mine.is_empty() { Ok(()) } else { self.send_f32(mine, root) };
+            return if mine.is_empty() { Ok(()) } else { self.send_bytes(bytemuck::cast_slice(mine), root) };
         }
         let total: usize = counts.iter().sum();
         anyhow::ensure!(all.len() == total, "gather: output holds {} values, not {total}", all.len());
@@ -68,7 +60,7 @@ pub trait Comm: Send + Sync {
             if r == root {
                 part.copy_from_slice(mine);
             } else if n > 0 {
-                self.recv_f32(part, r)?;
+                self.recv_bytes(bytemuck::cast_slice_mut(part), r)?;
             }
         }
         Ok(())
@@ -120,19 +112,11 @@ impl Comm for boltccl::Group {
         boltccl::Group::all_gather(self, mine, &mut out)?;
         Ok(out)
     }
-    fn send_u64(&self, x: &[u64], peer: usize) -> anyhow::Result<()> {
+    fn send_bytes(&self, x: &[u8], peer: usize) -> anyhow::Result<()> {
         boltccl::Group::send(self, x, peer)?;
         Ok(())
     }
-    fn recv_u64(&self, x: &mut [u64], peer: usize) -> anyhow::Result<()> {
-        boltccl::Group::recv(self, x, peer)?;
-        Ok(())
-    }
-    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
-        boltccl::Group::send(self, x, peer)?;
-        Ok(())
-    }
-    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
+    fn recv_bytes(&self, x: &mut [u8], peer: usize) -> anyhow::Result<()> {
         boltccl::Group::recv(self, x, peer)?;
         Ok(())
     }
@@ -175,17 +159,11 @@ impl<C: Comm> Comm for TimedComm<C> {
     fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
         self.inner.all_gather_u64(mine)
     }
-    fn send_u64(&self, x: &[u64], peer: usize) -> anyhow::Result<()> {
-        self.inner.send_u64(x, peer)
+    fn send_bytes(&self, x: &[u8], peer: usize) -> anyhow::Result<()> {
+        self.inner.send_bytes(x, peer)
     }
-    fn recv_u64(&self, x: &mut [u64], peer: usize) -> anyhow::Result<()> {
-        self.inner.recv_u64(x, peer)
-    }
-    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
-        self.inner.send_f32(x, peer)
-    }
-    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
-        self.inner.recv_f32(x, peer)
+    fn recv_bytes(&self, x: &mut [u8], peer: usize) -> anyhow::Result<()> {
+        self.inner.recv_bytes(x, peer)
     }
     fn gather_f32(&self, mine: &[f32], all: &mut [f32], counts: &[usize], root: usize) -> anyhow::Result<()> {
         self.inner.gather_f32(mine, all, counts, root)
@@ -208,17 +186,11 @@ impl<C: Comm + ?Sized> Comm for &C {
     fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
         (**self).all_gather_u64(mine)
     }
-    fn send_u64(&self, x: &[u64], peer: usize) -> anyhow::Result<()> {
-        (**self).send_u64(x, peer)
+    fn send_bytes(&self, x: &[u8], peer: usize) -> anyhow::Result<()> {
+        (**self).send_bytes(x, peer)
     }
-    fn recv_u64(&self, x: &mut [u64], peer: usize) -> anyhow::Result<()> {
-        (**self).recv_u64(x, peer)
-    }
-    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
-        (**self).send_f32(x, peer)
-    }
-    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
-        (**self).recv_f32(x, peer)
+    fn recv_bytes(&self, x: &mut [u8], peer: usize) -> anyhow::Result<()> {
+        (**self).recv_bytes(x, peer)
     }
     fn gather_f32(&self, mine: &[f32], all: &mut [f32], counts: &[usize], root: usize) -> anyhow::Result<()> {
         (**self).gather_f32(mine, all, counts, root)

@@ -44,8 +44,8 @@ pub fn clock_offsets(comm: &dyn Comm) -> anyhow::Result<Option<(Vec<i64>, u64)>>
     if rank != 0 {
         for _ in 0..PINGS {
             let mut ping = [0u64];
-            comm.recv_u64(&mut ping, 0)?;
-            comm.send_u64(&[now_ns()], 0)?;
+            comm.recv_bytes(bytemuck::cast_slice_mut(&mut ping), 0)?;
+            comm.send_bytes(bytemuck::bytes_of(&now_ns()), 0)?;
         }
         return Ok(None);
     }
@@ -55,9 +55,9 @@ pub fn clock_offsets(comm: &dyn Comm) -> anyhow::Result<Option<(Vec<i64>, u64)>>
         let mut best = (u64::MAX, 0i64);
         for _ in 0..PINGS {
             let sent = now_ns();
-            comm.send_u64(&[sent], peer)?;
+            comm.send_bytes(bytemuck::bytes_of(&sent), peer)?;
             let mut theirs = [0u64];
-            comm.recv_u64(&mut theirs, peer)?;
+            comm.recv_bytes(bytemuck::cast_slice_mut(&mut theirs), peer)?;
             let back = now_ns();
             let rtt = back.saturating_sub(sent);
             if rtt < best.0 {

@@ -125,11 +125,11 @@ impl Comm for SkewedComm {
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         self.0.broadcast_u32(x, root)
     }
-    fn send_f32(&self, x: &[f32], peer: usize) -> anyhow::Result<()> {
-        self.0.send_f32(x, peer)
+    fn send_bytes(&self, x: &[u8], peer: usize) -> anyhow::Result<()> {
+        self.0.send_bytes(x, peer)
     }
-    fn recv_f32(&self, x: &mut [f32], peer: usize) -> anyhow::Result<()> {
-        self.0.recv_f32(x, peer)
+    fn recv_bytes(&self, x: &mut [u8], peer: usize) -> anyhow::Result<()> {
+        self.0.recv_bytes(x, peer)
     }
 }
 
