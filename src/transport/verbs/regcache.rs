@@ -60,7 +60,7 @@ impl<R> RegCache<R> {
     ) -> Option<&R> {
         debug_assert!(extent.0 <= addr && addr + len <= extent.0 + extent.1, "extent must contain the piece");
         let epoch = self.epoch;
-        if let Some(i) = self.entries.iter().position(|e| addr >= e.start && addr + len <= e.start + e.len) {
+        if let Some(i) = self.position(addr, len) {
             self.stats.hits += 1;
             self.entries[i].used = epoch;
             return Some(&self.entries[i].region);
@@ -85,7 +85,12 @@ impl<R> RegCache<R> {
 
     /// The registration covering `[addr, addr + len)`, if any (no registering, no evicting).
     pub fn find(&self, addr: usize, len: usize) -> Option<&R> {
-        self.entries.iter().find(|e| addr >= e.start && addr + len <= e.start + e.len).map(|e| &e.region)
+        self.position(addr, len).map(|i| &self.entries[i].region)
+    }
+
+    /// The entry whose registration covers `[addr, addr + len)`.
+    fn position(&self, addr: usize, len: usize) -> Option<usize> {
+        self.entries.iter().position(|e| addr >= e.start && addr + len <= e.start + e.len)
     }
 
     /// Registrations held now.
