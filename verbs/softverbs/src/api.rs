@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::counters::{self, softverbs_counters, Kind};
 use crate::device::{discover, SoftDevice};
 use crate::error::{set_errno, Error};
-use crate::objects::{release, reserve, CqInner, CtxInner, MrEntry, SoftContext, SoftCq, SoftMr, SoftPd};
+use crate::objects::{release, reserve, CqInner, CtxInner, MrEntry, Parent, SoftContext, SoftCq, SoftMr, SoftPd};
 use crate::qp::{rx_loop, QpInner};
 use crate::warn_once;
 
@@ -367,26 +367,32 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
     })
 }
 
+/// Free a PD or CQ: `EINVAL` for NULL, `EBUSY` while children still use it.
+///
+/// # Safety
+/// `obj` is NULL or a leaked `Box<T>` not freed yet.
+unsafe fn free_unused<T: Parent>(obj: *mut T) -> c_int {
+    // SAFETY: NULL or live, per the contract.
+    let Some(live) = (unsafe { obj.as_ref() }) else {
+        return int_err(Error::Invalid(T::NULL));
+    };
+    if live.users().load(Ordering::SeqCst) != 0 {
+        return int_err(Error::Busy(T::BUSY));
+    }
+    // SAFETY: a leaked Box<T>, freed once here.
+    drop(unsafe { Box::from_raw(obj) });
+    counters::dec(T::KIND);
+    0
+}
+
 /// Free a protection domain; `EBUSY` while MRs or QPs use it.
 ///
 /// # Safety
 /// `pd` must come from `ibv_alloc_pd` and not have been freed.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    guard(libc::EIO, || {
-        if pd.is_null() {
-            return int_err(Error::Invalid("NULL pd"));
-        }
-        let soft = pd as *mut SoftPd;
-        // SAFETY: pd is a live SoftPd.
-        if unsafe { (*soft).users.load(Ordering::SeqCst) } != 0 {
-            return int_err(Error::Busy("PD still has MRs or QPs"));
-        }
-        // SAFETY: pd is a leaked Box<SoftPd>, freed once here.
-        drop(unsafe { Box::from_raw(soft) });
-        counters::dec(Kind::Pds);
-        0
-    })
+    // SAFETY: the caller's contract: NULL, or a live SoftPd behind its ibv_pd.
+    guard(libc::EIO, || unsafe { free_unused(pd as *mut SoftPd) })
 }
 
 fn reg_mr_impl(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_uint) -> *mut ibv_mr {
@@ -535,20 +541,8 @@ pub unsafe extern "C" fn ibv_create_cq(
 /// `cq` must come from `ibv_create_cq` and not have been destroyed.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard(libc::EIO, || {
-        if cq.is_null() {
-            return int_err(Error::Invalid("NULL cq"));
-        }
-        let soft = cq as *mut SoftCq;
-        // SAFETY: cq is a live SoftCq.
-        if unsafe { (*soft).users.load(Ordering::SeqCst) } != 0 {
-            return int_err(Error::Busy("CQ still attached to a QP"));
-        }
-        // SAFETY: cq is a leaked Box<SoftCq>, freed once here.
-        drop(unsafe { Box::from_raw(soft) });
-        counters::dec(Kind::Cqs);
-        0
-    })
+    // SAFETY: the caller's contract: NULL, or a live SoftCq behind its ibv_cq.
+    guard(libc::EIO, || unsafe { free_unused(cq as *mut SoftCq) })
 }
 
 unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {

@@ -186,6 +186,27 @@ pub(crate) struct SoftPd {
     pub users: AtomicUsize,
 }
 
+/// An object others hang on (a PD holds MRs and QPs, a CQ QPs): freed only when unused.
+pub(crate) trait Parent {
+    /// Its live-object counter.
+    const KIND: Kind;
+    /// The error for a NULL handle.
+    const NULL: &'static str;
+    /// The error while children remain.
+    const BUSY: &'static str;
+    /// How many children use it.
+    fn users(&self) -> &AtomicUsize;
+}
+
+impl Parent for SoftPd {
+    const KIND: Kind = Kind::Pds;
+    const NULL: &'static str = "NULL pd";
+    const BUSY: &'static str = "PD still has MRs or QPs";
+    fn users(&self) -> &AtomicUsize {
+        &self.users
+    }
+}
+
 /// `struct ibv_mr` plus provider state.
 #[repr(C)]
 pub(crate) struct SoftMr {
@@ -239,6 +260,15 @@ pub(crate) struct SoftCq {
     pub ctx: Arc<CtxInner>,
     /// QPs attached to this CQ.
     pub users: AtomicUsize,
+}
+
+impl Parent for SoftCq {
+    const KIND: Kind = Kind::Cqs;
+    const NULL: &'static str = "NULL cq";
+    const BUSY: &'static str = "CQ still attached to a QP";
+    fn users(&self) -> &AtomicUsize {
+        &self.users
+    }
 }
 
 impl Drop for SoftContext {
