@@ -558,45 +558,64 @@ fn read_sges(list: *const ibv_sge, n: i32) -> Vec<ibv_sge> {
     unsafe { std::slice::from_raw_parts(list, n as usize) }.to_vec()
 }
 
-/// Copy bytes `[off, off + out.len())` of the message described by `sges` into `out`.
-fn gather(sges: &[ibv_sge], mut off: usize, out: &mut [u8]) {
+/// The pieces of bytes `[off, off + len)` of the message described by `sges`, in order:
+/// `(address, offset within those bytes, length)`.
+fn spans(sges: &[ibv_sge], mut off: usize, len: usize) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
     let mut done = 0;
-    for s in sges {
-        let len = s.length as usize;
-        if off >= len {
-            off -= len;
-            continue;
+    sges.iter().filter_map(move |s| {
+        let sge_len = s.length as usize;
+        if off >= sge_len || done == len {
+            off = off.saturating_sub(sge_len);
+            return None;
         }
-        let n = (len - off).min(out.len() - done);
-        // SAFETY: the range was checked against a registered MR (or is the caller's inline
-        // buffer) and lies inside this SGE; the user keeps it valid until the send completes.
-        let src = unsafe { std::slice::from_raw_parts((s.addr as usize + off) as *const u8, n) };
-        out[done..done + n].copy_from_slice(src);
+        let n = (sge_len - off).min(len - done);
+        let span = (s.addr as usize + off, done, n);
         done += n;
         off = 0;
-        if done == out.len() {
-            break;
-        }
+        Some(span)
+    })
+}
+
+/// Copy bytes `[off, off + out.len())` of the message described by `sges` into `out`.
+fn gather(sges: &[ibv_sge], off: usize, out: &mut [u8]) {
+    for (addr, at, n) in spans(sges, off, out.len()) {
+        // SAFETY: the range was checked against a registered MR (or is the caller's inline
+        // buffer) and lies inside this SGE; the user keeps it valid until the send completes.
+        let src = unsafe { std::slice::from_raw_parts(addr as *const u8, n) };
+        out[at..at + n].copy_from_slice(src);
     }
 }
 
 /// Write `data` at byte offset `off` of the receive buffer described by `sges`.
-fn scatter(sges: &[ibv_sge], mut off: usize, data: &[u8]) {
-    let mut done = 0;
-    for s in sges {
-        let len = s.length as usize;
-        if off >= len {
-            off -= len;
-            continue;
-        }
-        let n = (len - off).min(data.len() - done);
+fn scatter(sges: &[ibv_sge], off: usize, data: &[u8]) {
+    for (addr, at, n) in spans(sges, off, data.len()) {
         // SAFETY: the SGE was checked against a registered MR with local write access and the
         // message length against the buffer capacity; the buffer belongs to the posted receive.
-        unsafe { std::ptr::copy_nonoverlapping(data[done..].as_ptr(), (s.addr as usize + off) as *mut u8, n) };
-        done += n;
-        off = 0;
-        if done == data.len() {
-            break;
-        }
+        unsafe { std::ptr::copy_nonoverlapping(data[at..].as_ptr(), addr as *mut u8, n) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_walk_several_sges_from_an_offset() {
+        let sge = |addr: u64, length: u32| ibv_sge { addr, length, lkey: 0 };
+        let sges = [sge(1000, 4), sge(2000, 3), sge(3000, 5)];
+        // Bytes 2..9 of the 12-byte message: the end of the first SGE, all of the second,
+        // the start of the third.
+        let got: Vec<_> = spans(&sges, 2, 7).collect();
+        assert_eq!(got, vec![(1002, 0, 2), (2000, 2, 3), (3000, 5, 2)]);
+        assert_eq!(spans(&sges, 7, 5).collect::<Vec<_>>(), vec![(3000, 0, 5)]);
+        assert_eq!(spans(&sges, 0, 0).count(), 0);
+        // gather and scatter round-trip through real memory.
+        let (mut a, mut b) = ([0u8; 4], [0u8; 3]);
+        let mem = [sge(a.as_mut_ptr() as u64, 4), sge(b.as_mut_ptr() as u64, 3)];
+        scatter(&mem, 1, &[9, 8, 7, 6, 5]);
+        assert_eq!((a, b), ([0, 9, 8, 7], [6, 5, 0]));
+        let mut out = [0u8; 6];
+        gather(&mem, 1, &mut out);
+        assert_eq!(out, [9, 8, 7, 6, 5, 0]);
     }
 }
