@@ -297,7 +297,6 @@ impl Link {
             return false;
         }
         let (addr, len) = (data.as_ptr() as usize, data.len());
-        let extent = extent_of(&self.s_ranges, addr, len);
         let pd = &self._pd;
         // SAFETY: the extent is made of this exchange's send buffers, which the caller keeps
         // alive for the exchange, and the exchange waits for every raw send to complete.
@@ -309,7 +308,8 @@ impl Link {
                 None
             }
         };
-        cache.lookup(addr, len, extent, register).is_some()
+        let ranges = &self.s_ranges;
+        cache.lookup(addr, len, || extent_of(ranges, addr, len), register).is_some()
     }
 
     /// Post `len` bytes of `data` from `offset` straight from its registration.

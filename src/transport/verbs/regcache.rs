@@ -49,16 +49,16 @@ impl<R> RegCache<R> {
         self.epoch += 1;
     }
 
-    /// The registration covering `[addr, addr + len)`, registering `extent` (which must
-    /// contain it) with `register` on a miss. `None`: send this piece through staging.
+    /// The registration covering `[addr, addr + len)`; on a miss, registers `extent()` (which
+    /// must contain it, and is only worked out then) with `register`. `None`: send this piece
+    /// through staging.
     pub fn lookup(
         &mut self,
         addr: usize,
         len: usize,
-        extent: (usize, usize),
+        extent: impl FnOnce() -> (usize, usize),
         register: impl FnOnce(usize, usize) -> Option<R>,
     ) -> Option<&R> {
-        debug_assert!(extent.0 <= addr && addr + len <= extent.0 + extent.1, "extent must contain the piece");
         let epoch = self.epoch;
         if let Some(i) = self.position(addr, len) {
             self.stats.hits += 1;
@@ -74,6 +74,8 @@ impl<R> RegCache<R> {
             self.entries.swap_remove(i);
             self.stats.evicted += 1;
         }
+        let extent = extent();
+        debug_assert!(extent.0 <= addr && addr + len <= extent.0 + extent.1, "extent must contain the piece");
         let Some(region) = register(extent.0, extent.1) else {
             self.stats.fallbacks += 1;
             return None;
@@ -137,8 +139,8 @@ mod tests {
             made += 1;
             Some(made)
         };
-        assert_eq!(c.lookup(100, 10, (100, 50), &mut reg), Some(&1));
-        assert_eq!(c.lookup(120, 30, (100, 50), &mut reg), Some(&1), "inside the registered extent");
+        assert_eq!(c.lookup(100, 10, || (100, 50), &mut reg), Some(&1));
+        assert_eq!(c.lookup(120, 30, || (100, 50), &mut reg), Some(&1), "inside the registered extent");
         assert_eq!(c.stats, CacheStats { hits: 1, registered: 1, evicted: 0, fallbacks: 0 });
     }
 
@@ -150,16 +152,16 @@ mod tests {
             n += 1;
             Some(n)
         };
-        c.lookup(0, 10, (0, 10), &mut reg);
-        c.lookup(100, 10, (100, 10), &mut reg);
+        c.lookup(0, 10, || (0, 10), &mut reg);
+        c.lookup(100, 10, || (100, 10), &mut reg);
         // Full, both used in this exchange: the third piece goes through staging.
-        assert_eq!(c.lookup(200, 10, (200, 10), &mut reg), None);
+        assert_eq!(c.lookup(200, 10, || (200, 10), &mut reg), None);
         assert_eq!(c.stats.fallbacks, 1);
         c.next_exchange();
-        c.lookup(100, 10, (100, 10), &mut reg); // touch: now the entry at 0 is the oldest
-        assert_eq!(c.lookup(200, 10, (200, 10), &mut reg), Some(&3));
+        c.lookup(100, 10, || (100, 10), &mut reg); // touch: now the entry at 0 is the oldest
+        assert_eq!(c.lookup(200, 10, || (200, 10), &mut reg), Some(&3));
         assert_eq!(c.stats.evicted, 1);
-        assert!(c.lookup(0, 10, (0, 10), |_, _| None).is_none(), "evicted, and registration now fails");
+        assert!(c.lookup(0, 10, || (0, 10), |_, _| None).is_none(), "evicted, and registration now fails");
         assert_eq!(c.len(), 2);
     }
 
