@@ -180,7 +180,7 @@ fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) -> anyhow::Result<()> {
     // Ranks run the same calls in lock-step, so rank 0's index of the first decode call holds
     // everywhere.
     let first = log.iter().position(|&(enter, _)| enter >= out.decode_start_ns).unwrap_or(log.len());
-    let split = boltccl_llm::timing::gather_split(comm, comm.log(), first)?;
+    let split = boltccl_llm::timing::gather_split(comm, &log, first)?;
     let Some((split, clock_bound)) = split else { return Ok(()) };
     let n_dec = out.tokens.len().saturating_sub(1);
     println!();

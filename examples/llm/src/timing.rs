@@ -102,12 +102,11 @@ pub fn split(logs: &[Vec<(u64, u64)>], offsets: &[i64], first: usize) -> Split {
     s
 }
 
-/// Gather every rank's log to rank 0 and split its calls from index `first` on. Every rank
-/// must call this (after the same number of calls); rank 0 gets the split and the clock error
-/// bound in ns, the others `None`.
-pub fn gather_split(comm: &dyn Comm, log: &CallLog, first: usize) -> anyhow::Result<Option<(Split, u64)>> {
+/// Gather every rank's `calls` (its [`CallLog`]) to rank 0 and split rank 0's calls from index
+/// `first` on. Every rank must call this (after the same number of calls); rank 0 gets the
+/// split and the clock error bound in ns, the others `None`.
+pub fn gather_split(comm: &dyn Comm, calls: &[(u64, u64)], first: usize) -> anyhow::Result<Option<(Split, u64)>> {
     let offsets = clock_offsets(comm)?;
-    let calls = log.calls();
     let flat: Vec<u64> = calls.iter().flat_map(|&(a, b)| [a, b]).collect();
     let all = comm.all_gather_u64(&flat)?;
     let Some((offsets, bound)) = offsets else { return Ok(None) };
