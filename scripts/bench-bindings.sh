@@ -10,13 +10,13 @@ py="${PYTHON:-$root/target/bindings-venv/bin/python}"
 n="${BENCH_RANKS:-2}"
 rounds="${ROUNDS:-3}"
 "$py" -c "import boltccl" 2>/dev/null || { echo "install the wheel first: scripts/test-bindings.sh" >&2; exit 1; }
-cargo build -q --release --example allsum_bench -j"${CARGO_BUILD_JOBS:-1}"
+cargo build -q --release -p boltccl --example allsum_bench -j"${CARGO_BUILD_JOBS:-1}"
 rust="${CARGO_TARGET_DIR:-$root/target}/release/examples/allsum_bench"
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 for _ in $(seq "$rounds"); do
-    timeout 300 "$py" python/boltccl/launch.py -n "$n" --timeout 280 -- "$rust" | grep '^BENCH ' >>"$out"
-    timeout 300 "$py" python/boltccl/launch.py -n "$n" --timeout 280 -- "$py" scripts/bench_allsum.py | grep '^BENCH ' >>"$out"
+    timeout 300 "$py" -m boltccl.launch -n "$n" --timeout 280 -- "$rust" | grep -o 'BENCH .*' >>"$out"
+    timeout 300 "$py" -m boltccl.launch -n "$n" --timeout 280 -- "$py" scripts/bench_allsum.py | grep -o 'BENCH .*' >>"$out"
 done
 "$py" - "$out" <<'PY'
 import json, sys

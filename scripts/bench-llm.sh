@@ -12,7 +12,7 @@ PROMPT="${PROMPT:-Explain in a few sentences why the sky is blue.}"
 CORES="$(nproc)"
 bash examples/llm/fetch-model.sh >/dev/null
 M="$ROOT/target/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-cargo build -q --release -p boltccl -p boltccl-llm
+cargo build -q --release -p boltccl-cli -p boltccl-llm
 B="$ROOT/target/release"
 ROUNDS="${ROUNDS:-5}"
 # Median of the numbers on stdin.

@@ -196,6 +196,8 @@ unsafe fn opt_str(name: &str, p: *const c_char) -> Result<Option<String>, boltcc
 pub unsafe extern "C" fn boltccl_init(cfg: *const boltccl_config, out: *mut *mut boltccl_group) -> boltccl_result {
     ffi_panic_boundary! {
         check_null!(out);
+        // A C program has no `tracing` subscriber: warnings go to stderr (BOLTCCL_LOG filters).
+        boltccl::log_to_stderr();
         let config = if cfg.is_null() {
             match Config::from_env() {
                 Ok(c) => c,

@@ -105,6 +105,8 @@ fn init(
     timeout: Option<f64>,
     init_timeout: Option<f64>,
 ) -> PyResult<PyGroup> {
+    // Python has no `tracing` subscriber: warnings go to stderr (BOLTCCL_LOG filters).
+    boltccl::log_to_stderr();
     let mut cfg = Config::from_env().map_err(|e| to_py(py, e, None))?;
     let nonneg = |what: &str, v: i64| {
         usize::try_from(v).map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, got {v}")))
@@ -230,9 +232,10 @@ impl PyGroup {
                         "x and out overlap: pass the same buffer for in place, or disjoint buffers",
                     ));
                 } else {
-                    // SAFETY: both exports are alive for the call and the memory is disjoint.
                     py.allow_threads(|| {
-                        g.all_reduce_raw(op, o.dtype, Some(unsafe { si.bytes() }), unsafe { so.bytes_mut() })
+                        // SAFETY: both exports are alive for the call and the memory is disjoint.
+                        let (input, output) = unsafe { (si.bytes(), so.bytes_mut()) };
+                        g.all_reduce_raw(op, o.dtype, Some(input), output)
                     })
                 };
                 drop((v, o));
@@ -441,11 +444,51 @@ impl PyGroup {
 }
 
 /// The compiled part of the boltccl package.
+/// Run a job with the launcher `boltccl launch` uses (see `boltccl.launch`): `n` local ranks,
+/// or one per entry of the JSON `hostfile`, started over ssh. Returns the exit code, and each rank's output
+/// when `capture` is true (else nothing is captured: output is relayed with a `[rank]` prefix).
+#[pyfunction]
+#[pyo3(signature = (command, *, n=None, hostfile=None, port=None, env=Vec::new(), pin=true, timeout=None, capture=false))]
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    py: Python<'_>,
+    command: Vec<String>,
+    n: Option<usize>,
+    hostfile: Option<std::path::PathBuf>,
+    port: Option<u16>,
+    env: Vec<(String, String)>,
+    pin: bool,
+    timeout: Option<f64>,
+    capture: bool,
+) -> PyResult<(i32, Vec<String>)> {
+    use boltccl_launch::{Job, Placement};
+    let placement = match (hostfile, n) {
+        (Some(path), _) => Placement::Hosts(boltccl_launch::load_hostfile(&path).map_err(PyValueError::new_err)?),
+        (None, Some(n)) => Placement::Local(n),
+        (None, None) => return Err(PyValueError::new_err("say how many ranks (n=...) or give a hostfile")),
+    };
+    let timeout = match timeout {
+        Some(t) if !(t.is_finite() && t > 0.0) => {
+            return Err(PyValueError::new_err(format!("timeout must be a positive number of seconds, got {t}")))
+        }
+        t => t.map(Duration::from_secs_f64),
+    };
+    let job = Job { placement, port, env, pin, timeout, command };
+    py.allow_threads(|| {
+        if capture {
+            boltccl_launch::run_captured(&job).map_err(PyValueError::new_err)
+        } else {
+            Ok((boltccl_launch::run(&job), Vec::new()))
+        }
+    })
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGroup>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(launch, m)?)?;
     m.add("__version__", boltccl::VERSION)?;
     m.add("DTYPES", DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>())?;
     Ok(())

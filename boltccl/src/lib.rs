@@ -22,10 +22,12 @@
 pub mod algo;
 mod bootstrap;
 pub mod config;
-pub mod doctor;
 pub mod dtype;
 pub mod error;
 mod group;
+#[cfg(feature = "stderr-log")]
+mod log;
+pub mod probe;
 pub mod reduce;
 pub mod transport;
 pub mod wire;
@@ -33,8 +35,10 @@ pub mod wire;
 pub use config::{Algo, Backend, Config};
 pub use dtype::{DType, Element, ReduceOp};
 pub use error::{Error, ErrorKind, Result};
-pub use group::{init, init_logging, Group};
+pub use group::{init, Group};
 pub use half::{bf16, f16};
+#[cfg(feature = "stderr-log")]
+pub use log::log_to_stderr;
 
 /// The library version (also checked between ranks at start-up).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

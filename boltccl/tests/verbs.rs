@@ -804,18 +804,18 @@ fn conformance_4_ranks_in_network_namespaces() {
     }
 }
 
-/// `doctor` through a real verbs library (softverbs): devices, port state, IPv4-mapped GID.
+/// The probe `auto` and `boltccl doctor` share, through a real verbs library (softverbs):
+/// devices, port state, IPv4-mapped GID.
 #[test]
-fn doctor_sees_the_software_devices() {
-    let r = boltccl::doctor::check_local(Some(&softverbs_lib()), &|_, _| None);
-    let lo = r.devices.iter().find(|d| d.name == "rdma_lo").unwrap_or_else(|| panic!("no rdma_lo: {r:?}"));
+fn probe_sees_the_software_devices() {
+    let p = boltccl::probe::RdmaProbe::load(Some(&softverbs_lib()));
+    assert!(p.library().is_ok());
+    let names = p.device_names().unwrap();
+    assert!(names.iter().any(|n| n == "rdma_lo"), "no rdma_lo: {names:?}");
+    let lo = p.device("rdma_lo").unwrap();
     assert!(lo.active);
     assert_eq!(lo.ipv4_gid, Some((1, std::net::Ipv4Addr::LOCALHOST)), "softverbs puts the mapped GID at index 1");
     assert_eq!(lo.prefix, Some(8));
-    assert!(r.findings.iter().all(|f| f.severity != boltccl::doctor::Severity::Error), "{:#?}", r.findings);
-    for f in &r.findings {
-        println!("{f}");
-    }
 }
 
 /// Two ranks in two namespaces joined by two veth pairs ("cables"), each on its own /24, with

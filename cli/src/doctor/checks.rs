@@ -1,15 +1,12 @@
-//! `boltccl doctor`: what this node can do for RDMA, what is wrong, and how to fix it.
+//! The doctor's checks: the library's probe of this node (verbs library, devices, ports) and
+//! the system's own tools (`sw_vers`, `rdma_ctl`, `ifconfig`, `ssh`), turned into findings.
 //!
-//! Plain functions returning [`Finding`]s, so the CLI only prints them and tests can feed in
-//! captured command outputs. macOS-specific checks are chosen at run time (never with
+//! Plain functions returning [`Finding`]s, so the command only prints them and tests can feed
+//! in captured command outputs. macOS-specific checks are chosen at run time (never with
 //! `cfg(target_os)`), so their parsers compile and are tested on Linux too.
 
-use crate::transport::verbs::errors::{hint, Verb};
-use crate::transport::verbs::ffi::Context;
-use crate::transport::verbs::loader::{install_hint, Verbs};
-use crate::transport::verbs::topology::{same_subnet, DeviceMatrix};
+use boltccl::probe::{install_hint, open_device_hint, same_subnet, DeviceInfo, DeviceMatrix, RdmaProbe};
 use serde::{Deserialize, Serialize};
-use std::net::Ipv4Addr;
 use std::path::Path;
 
 /// How bad a finding is.
@@ -60,25 +57,6 @@ impl std::fmt::Display for Finding {
     }
 }
 
-/// One RDMA device as this node sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceInfo {
-    /// Device name (`rdma_en3`).
-    pub name: String,
-    /// Port 1 is ACTIVE.
-    pub active: bool,
-    /// Active MTU in bytes.
-    pub mtu: usize,
-    /// First IPv4-mapped GID: (index, address).
-    pub ipv4_gid: Option<(i32, Ipv4Addr)>,
-    /// The interface's IPv4 prefix length, when the interface is known (`rdma_<iface>`).
-    pub prefix: Option<u8>,
-    /// Queue pairs the device reports (when `ibv_query_device` is exported).
-    pub max_qp: Option<i32>,
-    /// Memory regions the device reports.
-    pub max_mr: Option<i32>,
-}
-
 /// Everything doctor learns about one node; `--json` prints it for `--hosts`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeReport {
@@ -121,13 +99,13 @@ pub fn check_local(library: Option<&Path>, run: Runner<'_>) -> NodeReport {
     };
     let mut devices = Vec::new();
     let mut lib_name = None;
-    match Verbs::load(library) {
+    let probe = RdmaProbe::load(library);
+    match probe.library() {
         Err(e) => findings.push(Finding::bad(Severity::Error, "verbs library", e.to_string(), install_hint())),
-        Ok(verbs) => {
-            lib_name = Some(verbs.path.display().to_string());
-            findings
-                .push(Finding::ok("verbs library", format!("{} loaded, all 16 verbs present", verbs.path.display())));
-            match verbs.device_names() {
+        Ok(path) => {
+            lib_name = Some(path.display().to_string());
+            findings.push(Finding::ok("verbs library", format!("{} loaded, all 16 verbs present", path.display())));
+            match probe.device_names() {
                 Err(e) => {
                     let fix = if e.to_string().contains("no RDMA support") {
                         "load the RDMA kernel modules for your device (or use BOLTCCL_BACKEND=tcp)"
@@ -145,9 +123,15 @@ pub fn check_local(library: Option<&Path>, run: Runner<'_>) -> NodeReport {
                 )),
                 Ok(names) => {
                     for name in names {
-                        let (info, mut f) = check_device(&verbs, &name);
-                        findings.append(&mut f);
-                        devices.extend(info);
+                        match probe.device(&name) {
+                            Ok(info) => {
+                                findings.append(&mut device_findings(&info));
+                                devices.push(info);
+                            }
+                            Err(e) => {
+                                findings.push(Finding::bad(Severity::Error, name, e.to_string(), open_device_hint()))
+                            }
+                        }
                     }
                 }
             }
@@ -155,45 +139,31 @@ pub fn check_local(library: Option<&Path>, run: Runner<'_>) -> NodeReport {
     }
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity as u8));
     NodeReport {
-        host: crate::bootstrap::host_name(),
+        host: boltccl::probe::host_name(),
         os,
         os_version,
-        version: crate::VERSION.to_string(),
+        version: boltccl::VERSION.to_string(),
         library: lib_name,
         devices,
         findings,
     }
 }
 
-fn check_device(verbs: &std::sync::Arc<Verbs>, name: &str) -> (Option<DeviceInfo>, Vec<Finding>) {
+/// What one opened device's port, GID and limits mean.
+fn device_findings(d: &DeviceInfo) -> Vec<Finding> {
+    let name = &d.name;
     let mut f = Vec::new();
-    let ctx = match Context::open(verbs, name) {
-        Ok(c) => c,
-        Err(e) => {
-            f.push(Finding::bad(Severity::Error, name, e.to_string(), hint(Verb::OpenDevice, 0)));
-            return (None, f);
-        }
-    };
-    let (port, gids) = match crate::transport::verbs::ipv4_gids(&ctx) {
-        Ok(x) => x,
-        Err(e) => {
-            f.push(Finding::bad(Severity::Error, name, e.to_string(), "check the cable and the port state"));
-            return (None, f);
-        }
-    };
-    let active = port.state == verbs_abi::IBV_PORT_ACTIVE;
-    if active {
+    if d.active {
         f.push(Finding::ok(format!("{name} port"), "active"));
     } else {
         f.push(Finding::bad(
             Severity::Error,
             format!("{name} port"),
-            format!("port 1 is not active (state {})", port.state),
+            format!("port 1 is not active (state {})", d.port_state),
             "plug in the cable (Thunderbolt 5 on both ends) and check that the peer is awake (disable idle sleep)",
         ));
     }
-    let ipv4_gid = gids.first().and_then(|(i, g)| g.ipv4_mapped().map(|a| (*i, a)));
-    match ipv4_gid {
+    match d.ipv4_gid {
         Some((i, a)) => f.push(Finding::ok(format!("{name} GID"), format!("IPv4-mapped GID at index {i} ({a})"))),
         None => f.push(Finding::bad(
             Severity::Error,
@@ -203,9 +173,7 @@ fn check_device(verbs: &std::sync::Arc<Verbs>, name: &str) -> (Option<DeviceInfo
              alias` on a Mac; and disable the Thunderbolt Bridge",
         )),
     }
-    let attr = ctx.query_device();
-    let (max_qp, max_mr) = (attr.map(|a| a.max_qp), attr.map(|a| a.max_mr));
-    let limits = match (max_qp, max_mr) {
+    let limits = match (d.max_qp, d.max_mr) {
         (Some(q), Some(m)) => format!("device reports {q} QPs, {m} MRs"),
         _ => "ibv_query_device not exported; assuming Apple's limits".into(),
     };
@@ -213,19 +181,7 @@ fn check_device(verbs: &std::sync::Arc<Verbs>, name: &str) -> (Option<DeviceInfo
         format!("{name} limits"),
         format!("{limits}; boltccl uses 1 QP and 2 MRs per peer (Apple allows 10 QPs and ~100 MRs per device)"),
     ));
-    let prefix = name
-        .strip_prefix("rdma_")
-        .and_then(|iface| crate::transport::verbs::topology::interface_ipv4(iface).map(|(_, p)| p));
-    let info = DeviceInfo {
-        name: name.to_string(),
-        active,
-        mtu: verbs_abi::mtu_bytes(port.active_mtu).unwrap_or(0),
-        ipv4_gid,
-        prefix,
-        max_qp,
-        max_mr,
-    };
-    (Some(info), f)
+    f
 }
 
 /// macOS checks: OS version, `rdma_ctl status`, Thunderbolt Bridge.
@@ -312,22 +268,6 @@ pub fn parse_bridge(out: Option<&str>) -> Finding {
     } else {
         Finding::ok("Thunderbolt Bridge", "bridge0 is down or has no members")
     }
-}
-
-/// The cause and fix for an errno seen at a verb, for `boltccl doctor --explain`.
-pub fn explain_errno(errno: i32) -> Vec<String> {
-    let mut v = vec![
-        format!("at RTR: {}", hint(Verb::ToRtr, errno)),
-        format!("creating a queue pair: {}", hint(Verb::CreateQp, errno)),
-    ];
-    if errno == 12 {
-        v.push(format!("posting receives: {}", hint(Verb::PostRecv, 12)));
-    }
-    v.push(format!(
-        "allocating a protection domain (\"Couldn't allocate protection domain\"): {}",
-        hint(Verb::AllocPd, errno)
-    ));
-    v
 }
 
 /// Checks across nodes: versions (boltccl and OS) must match.
@@ -449,6 +389,7 @@ pub fn gather(hosts: &[String], run: Runner<'_>) -> Vec<Result<NodeReport, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn rdma_ctl_outputs() {
@@ -503,15 +444,6 @@ mod tests {
         assert_eq!(f.iter().filter(|f| f.severity == Severity::Error).count(), 2, "{f:?}");
     }
 
-    #[test]
-    fn errno_explanations() {
-        let e = explain_errno(22).join("\n");
-        assert!(e.contains("GID index") && e.contains("Thunderbolt Bridge"), "{e}");
-        assert!(explain_errno(60)[0].contains("not reachable"));
-        assert!(explain_errno(16)[1].contains("10 per device"));
-        assert!(explain_errno(12).last().unwrap().contains("reboot"));
-    }
-
     fn node(host: &str, devs: &[(&str, [u8; 4])]) -> NodeReport {
         NodeReport {
             host: host.into(),
@@ -524,6 +456,7 @@ mod tests {
                 .map(|(n, ip)| DeviceInfo {
                     name: n.to_string(),
                     active: true,
+                    port_state: 4,
                     mtu: 4096,
                     ipv4_gid: Some((1, Ipv4Addr::from(*ip))),
                     prefix: Some(30),

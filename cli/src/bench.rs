@@ -7,7 +7,6 @@
 //! reduce_scatter, 1 for broadcast and send/recv). The same protocol as the peers' scripts in
 //! `shared/bench/peers`, so the figures compare directly.
 
-use crate::launch::{self, LaunchArgs};
 use boltccl::Group;
 use serde::Serialize;
 use std::io::Write;
@@ -187,15 +186,7 @@ pub fn run(args: &BenchArgs) -> i32 {
         let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "boltccl".into());
         let mut command = vec![exe];
         command.extend(std::env::args().skip(1));
-        return launch::run(&LaunchArgs {
-            ranks: Some(n),
-            hostfile: None,
-            port: None,
-            env: vec![],
-            no_bind: false,
-            timeout_s: 0,
-            command,
-        });
+        return boltccl_launch::run(&boltccl_launch::Job::local(n, command));
     }
     match bench(args) {
         Ok(true) => 0,

@@ -418,28 +418,6 @@ pub fn parse_hostfile(text: &str) -> std::result::Result<Vec<Vec<String>>, Strin
     Ok(ranks)
 }
 
-/// Parse a launcher hostfile (MLX launcher format, or a bare list of host names).
-pub fn parse_launch_hostfile(text: &str) -> std::result::Result<Vec<HostEntry>, String> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Launch {
-        Names(Vec<String>),
-        Hosts(Vec<HostEntry>),
-        Object { hosts: Vec<HostEntry> },
-    }
-    let parsed: Launch = serde_json::from_str(text).map_err(|e| {
-        format!("not a launcher hostfile ({e}); expected [{{\"ssh\": \"host\", \"ips\": [\"ip\"]}}, ...]")
-    })?;
-    let hosts = match parsed {
-        Launch::Names(n) => n.into_iter().map(|ssh| HostEntry { ssh, ips: vec![] }).collect(),
-        Launch::Hosts(h) | Launch::Object { hosts: h } => h,
-    };
-    if hosts.is_empty() {
-        return Err("the hostfile lists no hosts".into());
-    }
-    Ok(hosts)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,13 +476,11 @@ mod tests {
         assert!(parse_hostfile("[]").is_err());
         assert!(parse_hostfile("[[]]").unwrap_err().contains("rank 0"));
         assert!(parse_hostfile("{").unwrap_err().contains("expected a JSON list"));
-        let l = parse_launch_hostfile(r#"["a","b"]"#).unwrap();
-        assert_eq!(l[1].ssh, "b");
     }
 
     #[test]
     fn every_variable_is_documented_in_the_readme() {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../README.md");
         for v in ENV_VARS {
             let default = if v.default.is_empty() { "—" } else { v.default };
             let row = format!("| `{}` | {} | {} |", v.name, default, v.help);
@@ -516,7 +492,6 @@ mod tests {
         #[test]
         fn parser_never_panics(text in ".{0,200}") {
             let _ = parse_hostfile(&text);
-            let _ = parse_launch_hostfile(&text);
         }
 
         #[test]

@@ -266,12 +266,14 @@ impl Link {
                 let n = cap.min(total - self.s_off);
                 let off = self.s_off;
                 self.post_packet(KIND_DATA, |mr, at| {
-                    // SAFETY (both writes): the slot is free, see post_packet.
                     if off == 0 {
+                        // SAFETY: the slot is free, see post_packet.
                         unsafe { mr.write(at, &op.header.encode()) };
+                        // SAFETY: as above.
                         unsafe { mr.write(at + HEADER_LEN, &op.data[..n - HEADER_LEN]) };
                     } else {
                         let from = off - HEADER_LEN;
+                        // SAFETY: as above.
                         unsafe { mr.write(at, &op.data[from..from + n]) };
                     }
                     n

@@ -60,11 +60,6 @@ struct Join {
     stream: usize,
 }
 
-/// This host's name, to count the ranks that share its cores.
-pub(crate) fn host_name() -> String {
-    rustix::system::uname().nodename().to_string_lossy().into_owned()
-}
-
 fn key_of(cfg: &Config) -> Vec<u8> {
     match &cfg.job_key {
         Some(k) => k.as_bytes().to_vec(),
@@ -240,7 +235,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<TcpTransport> {
         version: env!("CARGO_PKG_VERSION").to_string(),
         settings: cfg.agreed_settings(),
         data_addr,
-        host: host_name(),
+        host: crate::probe::host_name(),
     };
     tracing::debug!(rank, %data_addr, "bootstrap: hello");
 

@@ -26,8 +26,10 @@ enum Cmd {
 }
 
 fn main() {
+    // The command owns the process, so it installs the log subscriber; the library never does.
+    boltccl::log_to_stderr();
     let code = match Cli::parse().cmd {
-        Cmd::Launch(a) => launch::run(&a),
+        Cmd::Launch(a) => launch::run(a),
         Cmd::Bench(a) => bench::run(&a),
         Cmd::Doctor(a) => doctor::run(a),
     };

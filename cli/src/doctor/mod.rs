@@ -1,6 +1,8 @@
 //! `boltccl doctor`: print what this node (or a set of nodes) can do for RDMA and what to fix.
 
-use boltccl::doctor::{self, Severity, Shape};
+mod checks;
+
+use checks::{self as doctor, Severity, Shape};
 use std::path::PathBuf;
 
 /// Arguments of `boltccl doctor`.
@@ -31,7 +33,7 @@ pub fn run(a: DoctorArgs) -> i32 {
         let name =
             if e == 60 { "ETIMEDOUT on macOS".to_string() } else { std::io::Error::from_raw_os_error(e).to_string() };
         println!("errno {e} ({name}):");
-        for line in doctor::explain_errno(e) {
+        for line in boltccl::probe::explain_errno(e) {
             println!("- {line}");
         }
         return 0;

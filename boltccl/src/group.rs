@@ -83,16 +83,6 @@ pub fn init() -> Result<Group> {
     Group::new(Config::from_env()?)
 }
 
-/// Set up `tracing` output on stderr, filtered by `BOLTCCL_LOG` (default `warn`). Does
-/// nothing if the application already installed a subscriber.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env(crate::config::LOG)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    use std::io::IsTerminal;
-    let ansi = std::io::stderr().is_terminal();
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
-}
-
 fn bytes<T: Element>(s: &[T]) -> &[u8] {
     bytemuck::cast_slice(s)
 }
@@ -141,7 +131,6 @@ fn auto_transport(cfg: &Config) -> Result<Box<dyn Transport>> {
 impl Group {
     /// Form a group as `cfg` describes: connects to the coordinator and peers.
     pub fn new(cfg: Config) -> Result<Group> {
-        init_logging();
         cfg.validate()?;
         let transport: Box<dyn Transport> = if cfg.world_size == 1 {
             Box::new(MemTransport::world(1).pop().expect("one rank"))
