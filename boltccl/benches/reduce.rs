@@ -1,7 +1,7 @@
 //! Micro-benchmarks of the reduction kernels: how fast a rank can fold a received piece.
 //! `cargo bench --bench reduce`
 
-use boltccl::reduce::{combine, fold, Order};
+use boltccl::bench::{combine, fold, Order};
 use boltccl::{DType, ReduceOp};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 

@@ -32,7 +32,7 @@ fn main() -> boltccl::Result<()> {
         println!(
             "BENCH ranks={p} algo={} ran={} bytes={bytes} time_ms={:.1} busbw_MBps={:.1}",
             g.config().algo.name(),
-            g.all_reduce_algorithm(bytes).name(),
+            g.algorithm(boltccl::Collective::AllReduce, bytes).name(),
             per * 1e3,
             bus / 1e6
         );

@@ -177,7 +177,7 @@ impl Default for Config {
 
 /// Smallest chunk allowed: small enough for tests to reach multi-chunk paths with tiny buffers.
 pub const MIN_CHUNK_BYTES: usize = 64;
-/// Largest chunk allowed (Apple's RDMA message limit).
+/// Largest chunk allowed: Apple's largest RDMA message (16,773,120 bytes).
 pub const MAX_CHUNK_BYTES: usize = 16_773_120;
 
 impl Config {
@@ -351,7 +351,7 @@ impl Config {
             (TCP_STREAMS.to_string(), self.tcp_streams.to_string()),
             ("world size".to_string(), self.world_size.to_string()),
             // The element-type numbering is wire format: a rank built with another is refused.
-            ("element types".to_string(), crate::dtype::DType::ALL.map(|d| d.name()).join(",")),
+            ("element types".to_string(), crate::types::DType::ALL.map(|d| d.name()).join(",")),
             // After `auto` is resolved: one rank on RDMA and another on TCP must not meet.
             (
                 "transport (BOLTCCL_BACKEND; auto picks tcp where RDMA is unavailable)".to_string(),

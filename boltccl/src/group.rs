@@ -1,12 +1,14 @@
-//! [`Group`]: the public face of boltccl.
+//! [`Group`]: the public face of boltccl — the user's calls, and the bookkeeping of each
+//! (sequence numbers, poisoning, serialisation). Which transport and which algorithm serve a
+//! call is decided elsewhere ([`crate::transport::connect`], [`crate::algo::select`]).
 
-use crate::algo::{self, Ctx};
-use crate::config::{Algo, Backend, Config};
-use crate::dtype::{DType, Element, ReduceOp};
+use crate::algo::select::{select, Cabling};
+use crate::algo::{direct, mesh, p2p, ring, ring_ops, Link, Scratch};
+use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
-use crate::transport::mem::MemTransport;
 use crate::transport::{InterruptCheck, Limits, Transport};
-use crate::wire::{Coll, Header};
+use crate::types::{Collective, DType, Element, ReduceOp};
+use crate::wire::Header;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -17,8 +19,8 @@ struct Shared {
     poison: Mutex<Option<Error>>,
     interrupt: Mutex<Option<InterruptCheck>>,
     cfg: Config,
-    /// The transport's [`Transport::cabling`], read once.
-    cabling: Option<Vec<Vec<bool>>>,
+    /// The transport's cabling, read once (transport ranks).
+    cabling: Cabling,
 }
 
 /// Per-group call state. Locked for the whole call: a second concurrent call gets `Busy`.
@@ -27,19 +29,41 @@ struct State {
     send_seq: Vec<u32>,
     recv_seq: Vec<u32>,
     splits: u32,
-    scratch: Vec<u64>,
-    stage: Vec<u64>,
+    scratch: Scratch,
 }
 
 impl State {
     fn new(size: usize) -> State {
-        State {
-            seq: 0,
-            send_seq: vec![0; size],
-            recv_seq: vec![0; size],
-            splits: 0,
-            scratch: Vec::new(),
-            stage: Vec::new(),
+        State { seq: 0, send_seq: vec![0; size], recv_seq: vec![0; size], splits: 0, scratch: Scratch::default() }
+    }
+}
+
+/// One call, as its header names it.
+struct Call {
+    coll: Collective,
+    dtype: DType,
+    op: ReduceOp,
+    /// Element count, as every rank must give it.
+    count: usize,
+    /// Broadcast's root.
+    root: usize,
+    /// For point-to-point calls, the peer and whether this rank sends: they count per pair and
+    /// direction, not per group.
+    p2p: Option<(usize, bool)>,
+}
+
+impl Call {
+    fn new(coll: Collective, dtype: DType, op: ReduceOp, bytes: usize) -> Call {
+        Call { coll, dtype, op, count: bytes / dtype.size(), root: 0, p2p: None }
+    }
+
+    /// The name errors give the call.
+    fn name(&self) -> &'static str {
+        match (self.coll, self.op) {
+            (Collective::AllReduce, ReduceOp::Sum) => "all_sum",
+            (Collective::AllReduce, ReduceOp::Max) => "all_max",
+            (Collective::AllReduce, ReduceOp::Min) => "all_min",
+            (c, _) => c.name(),
         }
     }
 }
@@ -64,18 +88,8 @@ pub struct Group {
     me: usize,
     id: u32,
     state: Mutex<State>,
-    /// The members are cabled as a ring (in group order) but not as a full mesh: large
-    /// collectives then use the ring algorithms, which talk to neighbours only.
-    ring_cabled: bool,
-}
-
-/// Whether `members` (in order) are joined as a ring by fast links without being a full mesh.
-fn ring_cabled(cabling: Option<&[Vec<bool>]>, members: &[usize]) -> bool {
-    let Some(c) = cabling else { return false };
-    let n = members.len();
-    let linked = |a: usize, b: usize| c[members[a]][members[b]];
-    let mesh = (0..n).all(|a| (0..n).all(|b| linked(a, b)));
-    n >= 3 && !mesh && (0..n).all(|a| linked(a, (a + 1) % n))
+    /// The cabling among the members, in group order.
+    cabling: Cabling,
 }
 
 /// Form a group from the environment (`BOLTCCL_*`, or MLX / Open MPI / PMI / Slurm variables).
@@ -101,74 +115,33 @@ fn mix(a: u32, b: u32, c: u32) -> u32 {
     (x ^ (x >> 31)) as u32
 }
 
-/// `BOLTCCL_BACKEND=auto`: verbs when a device matrix is configured and the verbs library
-/// and devices are there, else TCP — saying why in the log.
-fn auto_transport(cfg: &Config) -> Result<Box<dyn Transport>> {
-    // Bootstrap checks the resolved choice like any agreed setting, so a node without RDMA
-    // is named at start-up instead of failing on the first collective.
-    let tcp = Config { backend: Backend::Tcp, ..cfg.clone() };
-    let cfg = &Config { backend: Backend::Verbs, ..cfg.clone() };
-    if cfg.ibv_devices.is_none() {
-        tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured (BOLTCCL_IBV_DEVICES), using TCP");
-        return Ok(Box::new(crate::bootstrap::connect(&tcp)?));
-    }
-    // Decide before any rank connects, from what this node has, so that ranks only disagree
-    // when their nodes differ (and then bootstrap's version/settings check does not help:
-    // the verbs set-up fails with a clear error on both sides).
-    match crate::transport::verbs::loader::Verbs::load(cfg.ibv_library.as_deref()).and_then(|v| v.device_names()) {
-        Ok(names) if !names.is_empty() => Ok(Box::new(crate::transport::verbs::connect(cfg)?)),
-        Ok(_) => {
-            tracing::warn!("BOLTCCL_BACKEND=auto: the verbs library lists no RDMA device; using TCP");
-            Ok(Box::new(crate::bootstrap::connect(&tcp)?))
-        }
-        Err(e) => {
-            tracing::warn!("BOLTCCL_BACKEND=auto: RDMA unavailable ({e}); using TCP");
-            Ok(Box::new(crate::bootstrap::connect(&tcp)?))
-        }
-    }
-}
-
 impl Group {
     /// Form a group as `cfg` describes: connects to the coordinator and peers.
     pub fn new(cfg: Config) -> Result<Group> {
         cfg.validate()?;
-        let transport: Box<dyn Transport> = if cfg.world_size == 1 {
-            Box::new(MemTransport::world(1).pop().expect("one rank"))
-        } else {
-            match cfg.backend {
-                Backend::Tcp => Box::new(crate::bootstrap::connect(&cfg)?),
-                Backend::Verbs => Box::new(crate::transport::verbs::connect(&cfg)?),
-                Backend::Auto => auto_transport(&cfg)?,
-            }
-        };
-        Ok(Group::from_transport(transport, cfg))
+        let t = crate::transport::connect(&cfg)?;
+        Ok(Group::from_transport(t, cfg))
     }
 
-    fn from_transport(t: Box<dyn Transport>, cfg: Config) -> Group {
-        let cabling = t.cabling();
-        Group::with_cabling(t, cfg, cabling)
-    }
-
-    fn with_cabling(t: Box<dyn Transport>, cfg: Config, cabling: Option<Vec<Vec<bool>>>) -> Group {
+    pub(crate) fn from_transport(t: Box<dyn Transport>, cfg: Config) -> Group {
         let (rank, size) = (t.rank(), t.size());
-        let members: Vec<usize> = (0..size).collect();
-        let ring_cabled = ring_cabled(cabling.as_deref(), &members);
-        if ring_cabled {
+        let cabling = t.cabling();
+        if cabling.shape() == crate::algo::select::Shape::Ring {
             tracing::info!("the RDMA links form a ring, not a full mesh: large collectives use the ring algorithms");
         }
         Group {
-            ring_cabled,
             shared: Arc::new(Shared {
                 transport: Mutex::new(t),
                 poison: Mutex::new(None),
                 interrupt: Mutex::new(None),
                 cfg,
-                cabling,
+                cabling: cabling.clone(),
             }),
-            members,
+            members: (0..size).collect(),
             me: rank,
             id: 0,
             state: Mutex::new(State::new(size)),
+            cabling,
         }
     }
 
@@ -180,37 +153,31 @@ impl Group {
 
     /// Like [`Group::local_world`] with the settings of `template` (rank and size are set here).
     pub fn local_world_with(n: usize, template: &Config) -> Vec<Group> {
-        MemTransport::world(n)
+        crate::transport::mem::world(n)
             .into_iter()
             .enumerate()
-            .map(|(rank, t)| {
-                let cfg = Config { rank, world_size: n, ..template.clone() };
-                Group::from_transport(Box::new(t), cfg)
-            })
+            .map(|(rank, t)| Group::from_transport(Box::new(t), Config { rank, world_size: n, ..template.clone() }))
             .collect()
     }
 
     /// Like [`Group::local_world_with`], choosing algorithms as if the ranks were cabled as
-    /// `cabling[i][j]` says (tests use it to compute in memory what an RDMA ring gives).
-    #[doc(hidden)]
-    pub fn local_world_cabled(n: usize, template: &Config, cabling: Vec<Vec<bool>>) -> Vec<Group> {
-        MemTransport::world(n)
-            .into_iter()
-            .enumerate()
-            .map(|(rank, t)| {
-                let cfg = Config { rank, world_size: n, ..template.clone() };
-                Group::with_cabling(Box::new(t), cfg, Some(cabling.clone()))
-            })
-            .collect()
+    /// `cabling` says: computes in one process the bits a cluster cabled so would give.
+    pub fn local_world_cabled(n: usize, template: &Config, cabling: Cabling) -> Vec<Group> {
+        let mut world = Group::local_world_with(n, template);
+        for g in &mut world {
+            g.cabling = cabling.subset(&g.members);
+            Arc::get_mut(&mut g.shared).expect("a new group shares nothing").cabling = cabling.clone();
+        }
+        world
     }
 
-    /// The algorithm an all-reduce of `bytes` bytes runs on this group (`auto` resolved from
-    /// the size and the cabling).
-    pub fn all_reduce_algorithm(&self, bytes: usize) -> Algo {
+    /// The algorithm `coll` runs on a buffer of `bytes` bytes on this group (`auto` resolved
+    /// from the size and the cabling; for all-gather the output, for reduce-scatter the input).
+    pub fn algorithm(&self, coll: Collective, bytes: usize) -> Algo {
         if self.size() == 1 {
             return Algo::Mesh;
         }
-        self.pick(bytes)
+        select(coll, bytes, &self.cabling, &self.shared.cfg)
     }
 
     /// This rank, 0-based.
@@ -235,6 +202,12 @@ impl Group {
         &self.shared.cfg
     }
 
+    /// Byte-level calls with the element type as a value: for language bindings, which hold
+    /// untyped buffers.
+    pub fn bytes(&self) -> Bytes<'_> {
+        Bytes { g: self }
+    }
+
     fn check_rank(&self, what: &str, r: usize) -> Result<()> {
         if r >= self.size() {
             return Err(Error::invalid(format!(
@@ -245,127 +218,64 @@ impl Group {
         Ok(())
     }
 
-    /// Run one call: serialise, check poison, build the context, poison on failure.
-    /// `p2p` is `(peer, sending)` for point-to-point calls, which count per pair and direction.
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &self,
-        coll: Coll,
-        dtype: DType,
-        op: ReduceOp,
-        count: usize,
-        aux: usize,
-        p2p: Option<(usize, bool)>,
-        f: impl FnOnce(&mut Ctx<'_>) -> Result<()>,
-    ) -> Result<()> {
+    fn check_peer(&self, peer: usize) -> Result<()> {
+        self.check_rank("peer", peer)?;
+        if peer == self.me {
+            return Err(Error::invalid(format!("rank {peer} cannot send to or receive from itself")));
+        }
+        Ok(())
+    }
+
+    /// Run one call: serialise, check poison, number it, run `f` on the links, poison on
+    /// failure.
+    fn run(&self, call: Call, f: impl FnOnce(&mut Link<'_>, &mut Scratch) -> Result<()>) -> Result<()> {
         let mut st = self.state.try_lock().ok_or(Error::Busy)?;
         if let Some(e) = self.shared.poison.lock().clone() {
             return Err(Error::Poisoned(Box::new(e)));
         }
-        let counter = match p2p {
+        let counter = match call.p2p {
             Some((peer, true)) => &mut st.send_seq[peer],
             Some((peer, false)) => &mut st.recv_seq[peer],
             None => &mut st.seq,
         };
         *counter = counter.wrapping_add(1);
         let seq = *counter;
-        let base = Header::data(coll, self.id, seq, dtype, op, count as u64, aux as u16);
-        let span = tracing::debug_span!("call", op = %coll.describe(op as u8), rank = self.me, count, seq);
+        let base = Header::data(call.coll, self.id, seq, call.dtype, call.op, call.count as u64, call.root as u16);
+        let span = tracing::debug_span!("call", op = call.name(), rank = self.me, count = call.count, seq);
         let _enter = span.enter();
-        let mut guard = self.shared.transport.lock();
-        let State { scratch, stage, .. } = &mut *st;
-        let mut ctx = Ctx {
-            t: &mut **guard,
+        let mut transport = self.shared.transport.lock();
+        let limits = Limits {
+            timeout: self.shared.cfg.timeout,
+            op: call.name(),
+            interrupt: self.shared.interrupt.lock().clone(),
+        };
+        let mut link = Link {
+            t: &mut **transport,
             members: &self.members,
             me: self.me,
             base,
             chunk: self.shared.cfg.chunk_bytes,
-            scratch,
-            stage,
-            limits: Limits {
-                timeout: self.shared.cfg.timeout,
-                op: op_name(coll, op),
-                interrupt: self.shared.interrupt.lock().clone(),
-            },
+            limits,
         };
-        let r = f(&mut ctx);
+        let r = f(&mut link, &mut st.scratch);
         if let Err(e) = &r {
             tracing::debug!("call failed: {e}");
             if !e.is_local() {
-                let mut poison = self.shared.poison.lock();
-                if poison.is_none() {
-                    *poison = Some(e.clone());
-                }
-                guard.abort(e);
+                self.shared.poison.lock().get_or_insert_with(|| e.clone());
+                transport.abort(e);
             }
         }
         r
     }
 
-    fn check_len(&self, what: &str, len: usize, dtype: DType) -> Result<()> {
-        if len % dtype.size() != 0 {
-            return Err(Error::invalid(format!("{what} is {len} bytes, not a whole number of {dtype} elements")));
-        }
-        Ok(())
-    }
-
-    /// The all-reduce algorithm for a `bytes`-long buffer.
-    fn pick(&self, bytes: usize) -> Algo {
-        match self.shared.cfg.algo {
-            Algo::Auto if bytes <= self.shared.cfg.mesh_max_bytes => Algo::Mesh,
-            Algo::Auto if self.ring_cabled => Algo::Ring,
-            Algo::Auto => Algo::Direct,
-            a => a,
-        }
-    }
-
-    /// Whether all-gather, reduce-scatter and broadcast moving `bytes` go around the ring
-    /// (forced by `BOLTCCL_ALGO=ring`, or large on a ring-cabled group) rather than direct.
-    fn around_ring(&self, bytes: usize) -> bool {
-        match self.shared.cfg.algo {
-            Algo::Ring => true,
-            Algo::Auto => self.ring_cabled && bytes > self.shared.cfg.mesh_max_bytes,
-            _ => false,
-        }
-    }
-
-    /// Reduce raw bytes of `dtype` elements across ranks. `input = None` means `output`
-    /// holds the input (in place). The building block of the typed calls and the bindings.
-    pub fn all_reduce_raw(&self, op: ReduceOp, dtype: DType, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
-        self.check_len("the buffer", output.len(), dtype)?;
-        if let Some(i) = input {
-            if i.len() != output.len() {
-                return Err(Error::invalid(format!(
-                    "input has {} elements but output has {}: they must be the same length",
-                    i.len() / dtype.size(),
-                    output.len() / dtype.size()
-                )));
-            }
-        }
-        let algo = self.pick(output.len());
-        self.run(Coll::AllReduce, dtype, op, output.len() / dtype.size(), 0, None, |ctx| {
-            if ctx.size() == 1 {
-                if let Some(i) = input {
-                    output.copy_from_slice(i);
-                }
-                return Ok(());
-            }
-            match algo {
-                Algo::Mesh => algo::mesh::all_reduce(ctx, op, dtype, input, output),
-                Algo::Ring => algo::ring::all_reduce(ctx, op, dtype, input, output),
-                Algo::Direct | Algo::Auto => algo::direct::all_reduce(ctx, op, dtype, input, output),
-            }
-        })
-    }
-
     /// Reduce `buf` in place with `op`.
     pub fn all_reduce<T: Element>(&self, op: ReduceOp, buf: &mut [T]) -> Result<()> {
-        self.all_reduce_raw(op, T::DTYPE, None, bytes_mut(buf))
+        self.bytes().all_reduce(op, T::DTYPE, None, bytes_mut(buf))
     }
 
     /// Reduce `input` with `op` into `output` (same length).
     pub fn all_reduce_into<T: Element>(&self, op: ReduceOp, input: &[T], output: &mut [T]) -> Result<()> {
-        self.all_reduce_raw(op, T::DTYPE, Some(bytes(input)), bytes_mut(output))
+        self.bytes().all_reduce(op, T::DTYPE, Some(bytes(input)), bytes_mut(output))
     }
 
     /// Elementwise sum across ranks, in place.
@@ -388,140 +298,41 @@ impl Group {
         self.all_reduce_into(ReduceOp::Sum, input, output)
     }
 
-    /// Elementwise maximum of `input` across ranks, written to `output`.
-    pub fn all_max_into<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
-        self.all_reduce_into(ReduceOp::Max, input, output)
-    }
-
-    /// Elementwise minimum of `input` across ranks, written to `output`.
-    pub fn all_min_into<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
-        self.all_reduce_into(ReduceOp::Min, input, output)
-    }
-
-    /// Gather raw bytes: `output` gets every rank's `input` in rank order.
-    pub fn all_gather_raw(&self, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
-        self.check_len("the input", input.len(), dtype)?;
-        if output.len() != input.len() * self.size() {
-            return Err(Error::invalid(format!(
-                "all_gather output has {} elements but needs size × input = {} × {} = {}",
-                output.len() / dtype.size(),
-                self.size(),
-                input.len() / dtype.size(),
-                input.len() * self.size() / dtype.size()
-            )));
-        }
-        let ring = self.around_ring(output.len());
-        self.run(Coll::AllGather, dtype, ReduceOp::Sum, input.len() / dtype.size(), 0, None, |ctx| {
-            if ring {
-                algo::ring_ops::all_gather(ctx, input, output, dtype.size())
-            } else {
-                algo::direct::all_gather(ctx, input, output)
-            }
-        })
-    }
-
     /// `output` (of `size() * input.len()` elements) gets every rank's `input`, in rank order.
     pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
-        self.all_gather_raw(T::DTYPE, bytes(input), bytes_mut(output))
-    }
-
-    /// Reduce-scatter raw bytes: `input` holds `size()` blocks of `output.len()` bytes; this
-    /// rank gets block `rank()` reduced with `op` over all ranks.
-    pub fn reduce_scatter_raw(&self, op: ReduceOp, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
-        self.check_len("the output", output.len(), dtype)?;
-        if input.len() != output.len() * self.size() {
-            return Err(Error::invalid(format!(
-                "reduce_scatter input has {} elements but needs size × output = {} × {} = {}",
-                input.len() / dtype.size(),
-                self.size(),
-                output.len() / dtype.size(),
-                output.len() * self.size() / dtype.size()
-            )));
-        }
-        let ring = self.around_ring(input.len());
-        self.run(Coll::ReduceScatter, dtype, op, output.len() / dtype.size(), 0, None, |ctx| {
-            if ring {
-                algo::ring_ops::reduce_scatter(ctx, op, dtype, input, output)
-            } else {
-                algo::direct::reduce_scatter(ctx, op, dtype, input, output)
-            }
-        })
+        self.bytes().all_gather(T::DTYPE, bytes(input), bytes_mut(output))
     }
 
     /// Sum `input` (of `size() * output.len()` elements) across ranks; this rank gets block
     /// `rank()` of the result.
     pub fn reduce_scatter<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
-        self.reduce_scatter_raw(ReduceOp::Sum, T::DTYPE, bytes(input), bytes_mut(output))
+        self.reduce_scatter_with(ReduceOp::Sum, input, output)
     }
 
     /// Like [`Group::reduce_scatter`] with another reduction.
     pub fn reduce_scatter_with<T: Element>(&self, op: ReduceOp, input: &[T], output: &mut [T]) -> Result<()> {
-        self.reduce_scatter_raw(op, T::DTYPE, bytes(input), bytes_mut(output))
-    }
-
-    /// Broadcast raw bytes from `root`.
-    pub fn broadcast_raw(&self, dtype: DType, buf: &mut [u8], root: usize) -> Result<()> {
-        self.check_len("the buffer", buf.len(), dtype)?;
-        self.check_rank("root", root)?;
-        let large = buf.len() > self.shared.cfg.mesh_max_bytes;
-        let ring = self.around_ring(buf.len());
-        self.run(Coll::Broadcast, dtype, ReduceOp::Sum, buf.len() / dtype.size(), root, None, |ctx| {
-            if ctx.size() == 1 {
-                return Ok(());
-            }
-            if ring {
-                algo::ring_ops::broadcast(ctx, buf, root, dtype.size())
-            } else {
-                algo::direct::broadcast(ctx, buf, root, dtype.size(), large)
-            }
-        })
+        self.bytes().reduce_scatter(op, T::DTYPE, bytes(input), bytes_mut(output))
     }
 
     /// Every rank's `buf` gets `root`'s.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
-        self.broadcast_raw(T::DTYPE, bytes_mut(buf), root)
+        self.bytes().broadcast(T::DTYPE, bytes_mut(buf), root)
     }
 
     /// Wait until every rank has called `barrier`.
     pub fn barrier(&self) -> Result<()> {
-        self.run(Coll::Barrier, DType::U8, ReduceOp::Sum, 0, 0, None, algo::mesh::barrier)
+        self.run(Call::new(Collective::Barrier, DType::U8, ReduceOp::Sum, 0), |link, _| mesh::barrier(link))
     }
 
-    fn check_peer(&self, peer: usize) -> Result<()> {
-        self.check_rank("peer", peer)?;
-        if peer == self.me {
-            return Err(Error::invalid(format!("rank {peer} cannot send to or receive from itself")));
-        }
-        Ok(())
-    }
-
-    /// Send raw bytes to `peer`, which must call `recv` with the same type and length.
-    pub fn send_raw(&self, dtype: DType, buf: &[u8], peer: usize) -> Result<()> {
-        self.check_len("the buffer", buf.len(), dtype)?;
-        self.check_peer(peer)?;
-        self.run(Coll::SendRecv, dtype, ReduceOp::Sum, buf.len() / dtype.size(), 0, Some((peer, true)), |ctx| {
-            algo::p2p::send(ctx, buf, peer)
-        })
-    }
-
-    /// Receive raw bytes from `peer`, which must call `send` with the same type and length.
-    pub fn recv_raw(&self, dtype: DType, buf: &mut [u8], peer: usize) -> Result<()> {
-        self.check_len("the buffer", buf.len(), dtype)?;
-        self.check_peer(peer)?;
-        self.run(Coll::SendRecv, dtype, ReduceOp::Sum, buf.len() / dtype.size(), 0, Some((peer, false)), |ctx| {
-            algo::p2p::recv(ctx, buf, peer)
-        })
-    }
-
-    /// Send `buf` to `peer`. Blocks until it is on its way (for large buffers, until the
-    /// peer is receiving).
+    /// Send `buf` to `peer`, which must call [`Group::recv`] with the same type and length.
+    /// Blocks until it is on its way (for large buffers, until the peer is receiving).
     pub fn send<T: Element>(&self, buf: &[T], peer: usize) -> Result<()> {
-        self.send_raw(T::DTYPE, bytes(buf), peer)
+        self.bytes().send(T::DTYPE, bytes(buf), peer)
     }
 
     /// Receive into `buf` from `peer`; the sizes and types must match the send.
     pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize) -> Result<()> {
-        self.recv_raw(T::DTYPE, bytes_mut(buf), peer)
+        self.bytes().recv(T::DTYPE, bytes_mut(buf), peer)
     }
 
     /// Split into sub-groups: ranks with the same `color` form one, ordered by `key` (then by
@@ -546,9 +357,8 @@ impl Group {
             .ok_or_else(|| Error::Internal("split lost this rank".into()))?;
         let members: Vec<usize> = chosen.iter().map(|&(_, q)| self.members[q]).collect();
         let size = members.len();
-        let ring_cabled = ring_cabled(self.shared.cabling.as_deref(), &members);
         Ok(Some(Group {
-            ring_cabled,
+            cabling: self.shared.cabling.subset(&members),
             shared: self.shared.clone(),
             members,
             me,
@@ -558,15 +368,123 @@ impl Group {
     }
 }
 
-fn op_name(coll: Coll, op: ReduceOp) -> &'static str {
-    match (coll, op) {
-        (Coll::AllReduce, ReduceOp::Sum) => "all_sum",
-        (Coll::AllReduce, ReduceOp::Max) => "all_max",
-        (Coll::AllReduce, ReduceOp::Min) => "all_min",
-        (Coll::AllGather, _) => "all_gather",
-        (Coll::ReduceScatter, _) => "reduce_scatter",
-        (Coll::Broadcast, _) => "broadcast",
-        (Coll::Barrier, _) => "barrier",
-        (Coll::SendRecv, _) => "send/recv",
+/// A group's byte-level calls (see [`Group::bytes`]): buffers are bytes, the element type a
+/// value, and every length is checked against it.
+pub struct Bytes<'g> {
+    g: &'g Group,
+}
+
+fn whole(what: &str, len: usize, dtype: DType) -> Result<()> {
+    if len % dtype.size() != 0 {
+        return Err(Error::invalid(format!("{what} is {len} bytes, not a whole number of {dtype} elements")));
+    }
+    Ok(())
+}
+
+impl Bytes<'_> {
+    /// Reduce `output` across ranks with `op`; `input = None` means `output` holds the input
+    /// (in place).
+    pub fn all_reduce(&self, op: ReduceOp, dtype: DType, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
+        whole("the buffer", output.len(), dtype)?;
+        if let Some(i) = input {
+            if i.len() != output.len() {
+                return Err(Error::invalid(format!(
+                    "input has {} elements but output has {}: they must be the same length",
+                    i.len() / dtype.size(),
+                    output.len() / dtype.size()
+                )));
+            }
+        }
+        let algo = self.g.algorithm(Collective::AllReduce, output.len());
+        let call = Call::new(Collective::AllReduce, dtype, op, output.len());
+        self.g.run(call, |link, scratch| {
+            if link.size() == 1 {
+                if let Some(i) = input {
+                    output.copy_from_slice(i);
+                }
+                return Ok(());
+            }
+            match algo {
+                Algo::Mesh => mesh::all_reduce(link, scratch, op, dtype, input, output),
+                Algo::Ring => ring::all_reduce(link, scratch, op, dtype, input, output),
+                Algo::Direct | Algo::Auto => direct::all_reduce(link, scratch, op, dtype, input, output),
+            }
+        })
+    }
+
+    /// `output` gets every rank's `input` in rank order.
+    pub fn all_gather(&self, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
+        whole("the input", input.len(), dtype)?;
+        let size = self.g.size();
+        if output.len() != input.len() * size {
+            return Err(Error::invalid(format!(
+                "all_gather output has {} elements but needs size × input = {size} × {} = {}",
+                output.len() / dtype.size(),
+                input.len() / dtype.size(),
+                input.len() * size / dtype.size()
+            )));
+        }
+        let ring = self.g.algorithm(Collective::AllGather, output.len()) == Algo::Ring;
+        self.g.run(Call::new(Collective::AllGather, dtype, ReduceOp::Sum, input.len()), |link, _| {
+            if ring {
+                ring_ops::all_gather(link, input, output, dtype.size())
+            } else {
+                direct::all_gather(link, input, output)
+            }
+        })
+    }
+
+    /// `input` holds `size()` blocks of `output.len()` bytes; this rank gets block `rank()`
+    /// reduced with `op` over all ranks.
+    pub fn reduce_scatter(&self, op: ReduceOp, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
+        whole("the output", output.len(), dtype)?;
+        let size = self.g.size();
+        if input.len() != output.len() * size {
+            return Err(Error::invalid(format!(
+                "reduce_scatter input has {} elements but needs size × output = {size} × {} = {}",
+                input.len() / dtype.size(),
+                output.len() / dtype.size(),
+                output.len() * size / dtype.size()
+            )));
+        }
+        let ring = self.g.algorithm(Collective::ReduceScatter, input.len()) == Algo::Ring;
+        self.g.run(Call::new(Collective::ReduceScatter, dtype, op, output.len()), |link, scratch| {
+            if ring {
+                ring_ops::reduce_scatter(link, scratch, op, dtype, input, output)
+            } else {
+                direct::reduce_scatter(link, scratch, op, dtype, input, output)
+            }
+        })
+    }
+
+    /// Every rank's `buf` gets `root`'s.
+    pub fn broadcast(&self, dtype: DType, buf: &mut [u8], root: usize) -> Result<()> {
+        whole("the buffer", buf.len(), dtype)?;
+        self.g.check_rank("root", root)?;
+        let algo = self.g.algorithm(Collective::Broadcast, buf.len());
+        let call = Call { root, ..Call::new(Collective::Broadcast, dtype, ReduceOp::Sum, buf.len()) };
+        self.g.run(call, |link, _| match algo {
+            _ if link.size() == 1 => Ok(()),
+            Algo::Ring => ring_ops::broadcast(link, buf, root, dtype.size()),
+            Algo::Direct => direct::broadcast(link, buf, root, dtype.size()),
+            Algo::Mesh | Algo::Auto => direct::broadcast_from_root(link, buf, root),
+        })
+    }
+
+    /// Send `buf` to `peer`, which must receive with the same type and length.
+    pub fn send(&self, dtype: DType, buf: &[u8], peer: usize) -> Result<()> {
+        whole("the buffer", buf.len(), dtype)?;
+        self.g.check_peer(peer)?;
+        let call = Call { p2p: Some((peer, true)), ..Call::new(Collective::SendRecv, dtype, ReduceOp::Sum, buf.len()) };
+        self.g.run(call, |link, _| p2p::send(link, buf, peer))
+    }
+
+    /// Receive into `buf` from `peer`, which must send with the same type and length.
+    pub fn recv(&self, dtype: DType, buf: &mut [u8], peer: usize) -> Result<()> {
+        whole("the buffer", buf.len(), dtype)?;
+        self.g.check_peer(peer)?;
+        let call =
+            Call { p2p: Some((peer, false)), ..Call::new(Collective::SendRecv, dtype, ReduceOp::Sum, buf.len()) };
+        self.g.run(call, |link, _| p2p::recv(link, buf, peer))
     }
 }

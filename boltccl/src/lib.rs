@@ -19,26 +19,34 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod algo;
+mod algo;
 mod bootstrap;
 pub mod config;
-pub mod dtype;
-pub mod error;
+mod error;
 mod group;
 #[cfg(feature = "stderr-log")]
 mod log;
 pub mod probe;
-pub mod reduce;
-pub mod transport;
-pub mod wire;
+mod reduce;
+mod transport;
+mod types;
+mod wire;
 
+pub use algo::select::{select as select_algorithm, Cabling, Shape};
 pub use config::{Algo, Backend, Config};
-pub use dtype::{DType, Element, ReduceOp};
 pub use error::{Error, ErrorKind, Result};
-pub use group::{init, Group};
+pub use group::{init, Bytes, Group};
 pub use half::{bf16, f16};
 #[cfg(feature = "stderr-log")]
 pub use log::log_to_stderr;
+pub use transport::InterruptCheck;
+pub use types::{Collective, DType, Element, ReduceOp};
 
 /// The library version (also checked between ranks at start-up).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The reduction kernels, for the criterion benchmarks only: not part of the API.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::reduce::{combine, fold, Order};
+}

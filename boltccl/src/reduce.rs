@@ -5,7 +5,7 @@
 //! rank and every run (floating-point addition is not associative, and with NaN payloads not
 //! even commutative). Simple loops: the compiler vectorises them for f32/f64/integers.
 
-use crate::dtype::{DType, ReduceOp};
+use crate::types::{DType, ReduceOp};
 use half::{bf16, f16};
 
 /// Operand order for [`fold`]: which side of the operator the accumulator is on.

@@ -36,7 +36,7 @@ fn argument_errors_are_local_and_say_what_to_do() {
         assert!(e.to_string().contains("itself"), "{e}");
         let e = g.all_sum_into(&[1f32; 3], &mut out).unwrap_err();
         assert!(e.to_string().contains("same length"), "{e}");
-        let e = g.all_reduce_raw(boltccl::ReduceOp::Sum, boltccl::DType::F32, None, &mut [0u8; 7]).unwrap_err();
+        let e = g.bytes().all_reduce(boltccl::ReduceOp::Sum, boltccl::DType::F32, None, &mut [0u8; 7]).unwrap_err();
         assert!(e.to_string().contains("not a whole number of float32"), "{e}");
         // Still usable.
         let mut x = [1i64; 3];

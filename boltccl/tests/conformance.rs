@@ -48,6 +48,7 @@ fn tcp_worker() {
     if !is_worker() {
         return;
     }
+    boltccl::log_to_stderr();
     let g = boltccl::init().expect("init");
     let d = suite(&g);
     println!("DIGEST {d:x}");

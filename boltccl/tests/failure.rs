@@ -24,6 +24,7 @@ fn failure_worker() {
     if !is_worker() {
         return;
     }
+    boltccl::log_to_stderr();
     let rank: usize = env("BOLTCCL_RANK").parse().unwrap();
     let scenario = env("SCENARIO");
     let g = match boltccl::init() {

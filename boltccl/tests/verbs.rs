@@ -115,6 +115,7 @@ fn verbs_worker() {
     if !is_worker() {
         return;
     }
+    boltccl::log_to_stderr();
     match std::env::var("BOLTCCL_TEST_WORKLOAD").as_deref().unwrap_or("suite") {
         "suite" => {
             let g = init_or_panic();
@@ -172,7 +173,7 @@ fn reference_digest(n: usize, algo: Algo, matrix: &Path) -> String {
 
 fn reference_digest_with(n: usize, algo: Algo, chunk_bytes: usize, mesh_max_bytes: usize, matrix: &Path) -> String {
     let cfg = Config { algo, chunk_bytes, mesh_max_bytes, timeout: Duration::from_secs(20), ..Config::default() };
-    let groups = Group::local_world_cabled(n, &cfg, cabling_of(matrix));
+    let groups = Group::local_world_cabled(n, &cfg, boltccl::Cabling::from_links(cabling_of(matrix)));
     let hs: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g))).collect();
     let d: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
     format!("{:x}", d[0])

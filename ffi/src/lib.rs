@@ -318,14 +318,14 @@ unsafe fn all_reduce(
     let r = if input as *const u8 == output as *const u8 {
         // SAFETY: `count` writable elements at `output` per the contract.
         let out = try_ffi!(unsafe { slice_mut("out", output, len) });
-        g.all_reduce_raw(op, d, None, out)
+        g.bytes().all_reduce(op, d, None, out)
     } else {
         try_ffi!(disjoint(input, len, output, len));
         // SAFETY: `count` readable elements at `input`, disjoint from `output` (checked).
         let inp = try_ffi!(unsafe { slice("in", input, len) });
         // SAFETY: `count` writable elements at `output` per the contract.
         let out = try_ffi!(unsafe { slice_mut("out", output, len) });
-        g.all_reduce_raw(op, d, Some(inp), out)
+        g.bytes().all_reduce(op, d, Some(inp), out)
     };
     match r {
         Ok(()) => boltccl_result::Ok,
@@ -410,7 +410,7 @@ pub unsafe extern "C" fn boltccl_all_gather(
         let inp = try_ffi!(unsafe { slice("in", r#in, len) });
         // SAFETY: writable `size * count` elements per the contract.
         let outp = try_ffi!(unsafe { slice_mut("out", out, out_len) });
-        match g.all_gather_raw(d, inp, outp) {
+        match g.bytes().all_gather(d, inp, outp) {
             Ok(()) => boltccl_result::Ok,
             Err(e) => fail(e),
         }
@@ -443,7 +443,7 @@ pub unsafe extern "C" fn boltccl_reduce_scatter(
         let inp = try_ffi!(unsafe { slice("in", r#in, in_len) });
         // SAFETY: writable `count` elements per the contract.
         let outp = try_ffi!(unsafe { slice_mut("out", out, len) });
-        match g.reduce_scatter_raw(ReduceOp::Sum, d, inp, outp) {
+        match g.bytes().reduce_scatter(ReduceOp::Sum, d, inp, outp) {
             Ok(()) => boltccl_result::Ok,
             Err(e) => fail(e),
         }
@@ -470,7 +470,7 @@ pub unsafe extern "C" fn boltccl_broadcast(
         // SAFETY: writable `count` elements per the contract.
         let b = try_ffi!(unsafe { slice_mut("buf", buf, len) });
         // SAFETY: live handle per the contract.
-        match unsafe { group(g) }.broadcast_raw(d, b, root) {
+        match unsafe { group(g) }.bytes().broadcast(d, b, root) {
             Ok(()) => boltccl_result::Ok,
             Err(e) => fail(e),
         }
@@ -495,7 +495,7 @@ pub unsafe extern "C" fn boltccl_send(
         // SAFETY: readable `bytes` bytes per the contract.
         let b = try_ffi!(unsafe { slice("buf", buf, bytes) });
         // SAFETY: live handle per the contract.
-        match unsafe { group(g) }.send_raw(DType::U8, b, peer) {
+        match unsafe { group(g) }.bytes().send(DType::U8, b, peer) {
             Ok(()) => boltccl_result::Ok,
             Err(e) => fail(e),
         }
@@ -519,7 +519,7 @@ pub unsafe extern "C" fn boltccl_recv(
         // SAFETY: writable `bytes` bytes per the contract.
         let b = try_ffi!(unsafe { slice_mut("buf", buf, bytes) });
         // SAFETY: live handle per the contract.
-        match unsafe { group(g) }.recv_raw(DType::U8, b, peer) {
+        match unsafe { group(g) }.bytes().recv(DType::U8, b, peer) {
             Ok(()) => boltccl_result::Ok,
             Err(e) => fail(e),
         }

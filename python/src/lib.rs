@@ -206,7 +206,7 @@ impl PyGroup {
                 let v = view(&x, true, dt, "x")?;
                 let s = Span::of(&v);
                 // SAFETY: `v` keeps the writable export alive for the call; nothing else borrows it.
-                let r = py.allow_threads(|| g.all_reduce_raw(op, v.dtype, None, unsafe { s.bytes_mut() }));
+                let r = py.allow_threads(|| g.bytes().all_reduce(op, v.dtype, None, unsafe { s.bytes_mut() }));
                 drop(v);
                 r.map_err(|e| self.err(py, e))?;
                 Ok(x)
@@ -216,7 +216,7 @@ impl PyGroup {
                 if out.is(&x) {
                     let s = Span::of(&o);
                     // SAFETY: as above.
-                    let r = py.allow_threads(|| g.all_reduce_raw(op, o.dtype, None, unsafe { s.bytes_mut() }));
+                    let r = py.allow_threads(|| g.bytes().all_reduce(op, o.dtype, None, unsafe { s.bytes_mut() }));
                     drop(o);
                     r.map_err(|e| self.err(py, e))?;
                     return Ok(out);
@@ -226,7 +226,7 @@ impl PyGroup {
                 let (si, so) = (Span::of(&v), Span::of(&o));
                 let r = if si.0 == so.0 && si.1 == so.1 {
                     // SAFETY: the same memory: reduce in place through the writable export.
-                    py.allow_threads(|| g.all_reduce_raw(op, o.dtype, None, unsafe { so.bytes_mut() }))
+                    py.allow_threads(|| g.bytes().all_reduce(op, o.dtype, None, unsafe { so.bytes_mut() }))
                 } else if si.overlaps(so) {
                     return Err(PyValueError::new_err(
                         "x and out overlap: pass the same buffer for in place, or disjoint buffers",
@@ -235,7 +235,7 @@ impl PyGroup {
                     py.allow_threads(|| {
                         // SAFETY: both exports are alive for the call and the memory is disjoint.
                         let (input, output) = unsafe { (si.bytes(), so.bytes_mut()) };
-                        g.all_reduce_raw(op, o.dtype, Some(input), output)
+                        g.bytes().all_reduce(op, o.dtype, Some(input), output)
                     })
                 };
                 drop((v, o));
@@ -357,7 +357,7 @@ impl PyGroup {
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let n = self.inner.size();
-        self.gather_like(py, x, out, dtype, n, 1, |g, d, i, o| g.all_gather_raw(d, i, o))
+        self.gather_like(py, x, out, dtype, n, 1, |g, d, i, o| g.bytes().all_gather(d, i, o))
     }
 
     /// Sum `x` (size blocks) across ranks; returns this rank's block (new array, or `out`).
@@ -370,7 +370,7 @@ impl PyGroup {
         dtype: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let n = self.inner.size();
-        self.gather_like(py, x, out, dtype, 1, n, |g, d, i, o| g.reduce_scatter_raw(ReduceOp::Sum, d, i, o))
+        self.gather_like(py, x, out, dtype, 1, n, |g, d, i, o| g.bytes().reduce_scatter(ReduceOp::Sum, d, i, o))
     }
 
     /// Every rank's `x` gets `root`'s, in place. Returns `x`.
@@ -386,7 +386,7 @@ impl PyGroup {
         let v = view(&x, true, parse_dtype(dtype)?, "x")?;
         let (s, d, g) = (Span::of(&v), v.dtype, &*self.inner);
         // SAFETY: the writable export is alive for the call.
-        let r = py.allow_threads(|| g.broadcast_raw(d, unsafe { s.bytes_mut() }, root));
+        let r = py.allow_threads(|| g.bytes().broadcast(d, unsafe { s.bytes_mut() }, root));
         drop(v);
         r.map_err(|e| self.err(py, e))?;
         Ok(x)
@@ -399,7 +399,7 @@ impl PyGroup {
         let v = view(&x, false, parse_dtype(dtype)?, "x")?;
         let (s, d, g) = (Span::of(&v), v.dtype, &*self.inner);
         // SAFETY: the export is alive for the call.
-        let r = py.allow_threads(|| g.send_raw(d, unsafe { s.bytes() }, peer));
+        let r = py.allow_threads(|| g.bytes().send(d, unsafe { s.bytes() }, peer));
         drop(v);
         r.map_err(|e| self.err(py, e))
     }
@@ -417,7 +417,7 @@ impl PyGroup {
         let v = view(&x, true, parse_dtype(dtype)?, "x")?;
         let (s, d, g) = (Span::of(&v), v.dtype, &*self.inner);
         // SAFETY: the writable export is alive for the call.
-        let r = py.allow_threads(|| g.recv_raw(d, unsafe { s.bytes_mut() }, peer));
+        let r = py.allow_threads(|| g.bytes().recv(d, unsafe { s.bytes_mut() }, peer));
         drop(v);
         r.map_err(|e| self.err(py, e))?;
         Ok(x)

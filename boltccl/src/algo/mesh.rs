@@ -3,47 +3,46 @@
 //! choice for the small all_sums of tensor-parallel decode.
 
 use super::direct::reduce_to_owner;
-use super::{bytes_of, Ctx};
-use crate::dtype::{DType, ReduceOp};
+use super::{Link, Scratch};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
+use crate::types::{DType, ReduceOp};
+use crate::wire::Phase;
 
 /// Mesh all-reduce. `input` is `None` when `buf` holds the input.
 pub(crate) fn all_reduce(
-    ctx: &mut Ctx<'_>,
+    link: &mut Link<'_>,
+    scratch: &mut Scratch,
     op: ReduceOp,
     dtype: DType,
     input: Option<&[u8]>,
     buf: &mut [u8],
 ) -> Result<()> {
-    let shards = vec![0..buf.len(); ctx.size()];
+    let shards = vec![0..buf.len(); link.size()];
+    let Scratch { slots, stage } = scratch;
     match input {
-        Some(input) => reduce_to_owner(ctx, op, dtype, &shards, input, buf),
+        Some(input) => reduce_to_owner(link, slots, op, dtype, &shards, input, buf),
         None => {
             // Every peer reads the whole buffer while this rank writes it: reduce from a copy.
-            let mut stage = std::mem::take(ctx.stage);
-            let copy = bytes_of(&mut stage, buf.len());
+            let copy = stage.get(buf.len());
             copy.copy_from_slice(buf);
-            let r = reduce_to_owner(ctx, op, dtype, &shards, copy, buf);
-            *ctx.stage = stage;
-            r
+            reduce_to_owner(link, slots, op, dtype, &shards, copy, buf)
         }
     }
 }
 
 /// Barrier: an empty message to and from every peer. Nobody leaves before everybody came.
-pub(crate) fn barrier(ctx: &mut Ctx<'_>) -> Result<()> {
-    let (p, me) = (ctx.size(), ctx.me);
-    let sends: Vec<SendOp<'_>> = (0..p)
-        .filter(|&q| q != me)
-        .map(|q| SendOp { peer: ctx.peer(q), header: ctx.hdr(0, 0, 0, 0), data: &[] })
-        .collect();
+pub(crate) fn barrier(link: &mut Link<'_>) -> Result<()> {
+    let (p, me) = (link.size(), link.me);
+    let hdr = link.hdr(Phase::Barrier, 0, 0, 0)?;
+    let sends: Vec<SendOp<'_>> =
+        (0..p).filter(|&q| q != me).map(|q| SendOp { peer: link.peer(q), header: hdr, data: &[] }).collect();
     let mut empties: Vec<[u8; 0]> = vec![[]; p];
     let mut recvs: Vec<RecvOp<'_>> = empties
         .iter_mut()
         .enumerate()
         .filter(|(q, _)| *q != me)
-        .map(|(q, e)| RecvOp { peer: ctx.peer(q), expect: ctx.hdr(0, 0, 0, 0), buf: &mut e[..] })
+        .map(|(q, e)| RecvOp { peer: link.peer(q), expect: hdr, buf: &mut e[..] })
         .collect();
-    ctx.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
+    link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
 }

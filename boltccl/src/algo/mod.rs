@@ -4,8 +4,13 @@
 //!   messages), plus the all-gather, reduce-scatter and broadcast built from the same parts;
 //! - [`mesh`]: every rank sends its whole buffer to every peer and reduces locally (one step:
 //!   small messages) and the barrier;
-//! - [`ring`]: bidirectional ring all-reduce (both directions of every link busy);
-//! - [`p2p`]: point-to-point send and receive.
+//! - [`ring`]: bidirectional ring all-reduce (both directions of every link busy), and
+//!   [`ring_ops`]: ring all-gather, reduce-scatter and broadcast;
+//! - [`p2p`]: point-to-point send and receive;
+//! - [`select`]: which of them a call runs.
+//!
+//! An algorithm borrows the call's [`Link`] (ranks, header, transport) and the group's
+//! [`Scratch`] memory separately.
 //!
 //! Determinism: mesh and direct fold contributions in rank order 0, 1, ..., P-1, so they give
 //! the same bits as each other; the ring folds each block in ring order. Either way the order
@@ -18,21 +23,23 @@ pub mod p2p;
 pub mod plan;
 pub mod ring;
 pub mod ring_ops;
+pub mod select;
 
-use crate::dtype::{DType, ReduceOp};
 use crate::error::{Error, Result};
 use crate::reduce::{combine, fold, Order};
 use crate::transport::{Limits, OnRecv, RecvOp, SendOp, Transport};
-use crate::wire::Header;
+use crate::types::{DType, ReduceOp};
+use crate::wire::{self, Header, Phase};
 use std::ops::Range;
 
 /// Scratch memory an algorithm may use for in-flight pieces, per call.
 pub const SCRATCH_BUDGET: usize = 16 << 20;
-/// Most pieces per peer in one exchange (bounds the part numbering and the op lists).
+/// Most pieces per peer in one exchange (bounds the op lists).
 pub const MAX_BATCH: usize = 64;
 
-/// Everything an algorithm needs for one call.
-pub(crate) struct Ctx<'a> {
+/// The links of one call, as an algorithm sees them: the group's ranks, this rank, the call's
+/// header and the pipelining unit.
+pub(crate) struct Link<'a> {
     pub t: &'a mut dyn Transport,
     /// Group rank to transport rank.
     pub members: &'a [usize],
@@ -42,14 +49,10 @@ pub(crate) struct Ctx<'a> {
     pub base: Header,
     /// Pipelining unit, bytes (a multiple of 8, so of every element size).
     pub chunk: usize,
-    /// Reusable scratch for received pieces.
-    pub scratch: &'a mut Vec<u64>,
-    /// Reusable staging for a copy of the local input.
-    pub stage: &'a mut Vec<u64>,
     pub limits: Limits,
 }
 
-impl Ctx<'_> {
+impl Link<'_> {
     pub fn size(&self) -> usize {
         self.members.len()
     }
@@ -58,11 +61,10 @@ impl Ctx<'_> {
         self.members[q]
     }
 
-    /// The header of piece `piece` of `len` bytes in `step` of `phase`.
-    pub fn hdr(&self, phase: u32, step: usize, piece: usize, len: usize) -> Header {
-        debug_assert!(phase < 256 && piece < 4096);
-        let part = (phase << 24) | (((step as u32) & 0xFFF) << 12) | piece as u32;
-        self.base.piece(part, len)
+    /// The header of piece `piece` of `len` bytes in `step` of `phase`; an error when the call
+    /// is too large to number (see [`wire::part`]).
+    pub fn hdr(&self, phase: Phase, step: usize, piece: usize, len: usize) -> Result<Header> {
+        Ok(self.base.piece(wire::part(phase, step, piece)?, len))
     }
 
     /// Pieces per peer per exchange that keep `slots` in-flight pieces inside the budget.
@@ -75,14 +77,29 @@ impl Ctx<'_> {
     }
 }
 
-/// A byte view of a reusable `u64` buffer (8-aligned, so every element type is aligned),
-/// grown to at least `len` bytes.
-pub(crate) fn bytes_of(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
-    let words = len.div_ceil(8);
-    if buf.len() < words {
-        buf.resize(words, 0);
+/// Reusable memory, kept by the group between calls: for the pieces in flight and for a copy
+/// of the local input. Two pools, so an algorithm can hold both at once.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// Received pieces waiting to be folded.
+    pub slots: Pool,
+    /// A copy of the local input, when the output overwrites it while peers still read it.
+    pub stage: Pool,
+}
+
+/// Reusable bytes, 8-aligned so every element type is aligned.
+#[derive(Default)]
+pub(crate) struct Pool(Vec<u64>);
+
+impl Pool {
+    /// At least `len` bytes (their contents are whatever the last call left).
+    pub fn get(&mut self, len: usize) -> &mut [u8] {
+        let words = len.div_ceil(8);
+        if self.0.len() < words {
+            self.0.resize(words, 0);
+        }
+        &mut bytemuck::cast_slice_mut(&mut self.0[..words])[..len]
     }
-    &mut bytemuck::cast_slice_mut(&mut buf[..words])[..len]
 }
 
 /// Mutable views of the non-overlapping `ranges` of `buf`, in the order given (gaps allowed).

@@ -5,19 +5,18 @@
 //! is an error on both sides, not a silent truncation.
 
 use super::direct::{recv_pieces, send_pieces};
-use super::Ctx;
+use super::Link;
 use crate::error::Result;
-
-const PHASE_P2P: u32 = 6;
+use crate::wire::Phase;
 
 /// Send `buf` to group rank `to`.
-pub(crate) fn send(ctx: &mut Ctx<'_>, buf: &[u8], to: usize) -> Result<()> {
-    let sends = send_pieces(ctx, to, buf, PHASE_P2P);
-    ctx.exchange(&sends, &mut [], &mut |_, _| Ok(()))
+pub(crate) fn send(link: &mut Link<'_>, buf: &[u8], to: usize) -> Result<()> {
+    let sends = send_pieces(link, to, buf, Phase::PointToPoint)?;
+    link.exchange(&sends, &mut [], &mut |_, _| Ok(()))
 }
 
 /// Receive into `buf` from group rank `from`.
-pub(crate) fn recv(ctx: &mut Ctx<'_>, buf: &mut [u8], from: usize) -> Result<()> {
-    let mut recvs = recv_pieces(ctx, from, buf, PHASE_P2P);
-    ctx.exchange(&[], &mut recvs, &mut |_, _| Ok(()))
+pub(crate) fn recv(link: &mut Link<'_>, buf: &mut [u8], from: usize) -> Result<()> {
+    let mut recvs = recv_pieces(link, from, buf, Phase::PointToPoint)?;
+    link.exchange(&[], &mut recvs, &mut |_, _| Ok(()))
 }

@@ -17,8 +17,9 @@ use sha2::Sha256;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-/// Wire protocol version; bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Wire protocol version; bumped on any incompatible change (2: 40-byte frame headers with a
+/// 64-bit part number).
+pub const PROTOCOL_VERSION: u16 = 2;
 const MAGIC: &[u8; 8] = b"BOLTCCL\0";
 /// Largest bootstrap message accepted.
 pub const MAX_MESSAGE: usize = 1 << 20;

@@ -17,8 +17,6 @@ pub mod auth;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::transport::tcp::TcpTransport;
-use crate::transport::WaitPolicy;
 use crossbeam_channel::{unbounded, RecvTimeoutError};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -209,8 +207,19 @@ fn data_bind_addr(cfg: &Config, toward_coordinator: Option<IpAddr>) -> Result<So
     Ok(SocketAddr::new(ip, 0))
 }
 
-/// Form the TCP mesh described by `cfg`. Blocks until done or the init deadline passes.
-pub(crate) fn connect(cfg: &Config) -> Result<TcpTransport> {
+/// A formed group: authenticated connections, ready for the transports.
+pub(crate) struct Rendezvous {
+    /// `links[peer][stream]`: the data connections (`BOLTCCL_TCP_STREAMS` per peer; none to
+    /// this rank).
+    pub links: Vec<Vec<TcpStream>>,
+    /// The control connections: rank 0 has one to every other rank, the others one to rank 0.
+    pub control: Vec<Option<TcpStream>>,
+    /// Every rank's host name, in rank order.
+    pub hosts: Vec<String>,
+}
+
+/// Form the group described by `cfg` over TCP. Blocks until done or the init deadline passes.
+pub(crate) fn connect(cfg: &Config) -> Result<Rendezvous> {
     let deadline = Instant::now() + cfg.init_timeout;
     let key = key_of(cfg);
     let coord = cfg.coordinator_addr()?;
@@ -293,16 +302,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<TcpTransport> {
     let links: Vec<Vec<TcpStream>> = links.into_iter().map(|l| l.into_iter().flatten().collect()).collect();
 
     let control: Vec<Option<TcpStream>> = if rank == 0 { control } else { vec![to_coord] };
-    for s in control.iter().flatten() {
-        s.set_read_timeout(None).ok();
-        s.set_write_timeout(None).ok();
-    }
-    let me = &peers[rank].host;
-    let local = cfg.local_world_size.unwrap_or_else(|| peers.iter().filter(|p| &p.host == me).count());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let wait = WaitPolicy::for_host(local, cores, cfg.spin);
-    tracing::debug!(rank, local, cores, ?wait, "bootstrap: mesh connected");
-    TcpTransport::new(rank, size, links, control, wait).map_err(|e| Error::io(rank, "socket setup", e))
+    Ok(Rendezvous { links, control, hosts: peers.into_iter().map(|p| p.host).collect() })
 }
 
 /// Rank 0's side of step 3. Returns the job id, the table and the control connections.

@@ -4,14 +4,22 @@
 //! that proceed concurrently on all links, in list order per peer, with a callback as each
 //! receive completes so the caller can reduce that piece while the rest is still on the wire.
 //! That is enough for every algorithm boltccl has (mesh, direct reduce-scatter/all-gather,
-//! bidirectional ring, point-to-point), and small enough that TCP, the in-process transport
-//! and RDMA verbs each implement it in one file.
+//! bidirectional ring, point-to-point).
+//!
+//! Every transport is a [`mesh::Mesh`]: per peer, one [`progress::Channel`] (TCP sockets, RDMA
+//! queue pairs, in-process queues) chosen by [`connect`], all driven by the one progress
+//! engine in [`progress`], with a [`progress::Control`] plane that spreads aborts.
 
-pub mod mem;
-pub mod tcp;
-pub mod verbs;
+pub(crate) mod control;
+pub(crate) mod mem;
+pub(crate) mod mesh;
+pub(crate) mod progress;
+pub(crate) mod tcp;
+pub(crate) mod verbs;
 
-use crate::error::Error;
+use crate::algo::select::Cabling;
+use crate::config::{Backend, Config};
+use crate::error::{Error, Result};
 use crate::wire::Header;
 use std::time::Duration;
 
@@ -39,9 +47,6 @@ pub struct RecvOp<'a> {
 /// call with [`Error::Interrupted`]. Python uses it to let Ctrl-C through.
 pub type InterruptCheck = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// How often a blocked call runs the interrupt check.
-pub const INTERRUPT_EVERY: Duration = Duration::from_millis(50);
-
 /// Limits for one exchange.
 #[derive(Clone)]
 pub struct Limits {
@@ -55,7 +60,7 @@ pub struct Limits {
 
 impl Limits {
     /// Run the interrupt check, if any.
-    pub fn interrupted(&self) -> Result<(), Error> {
+    pub fn interrupted(&self) -> Result<()> {
         match &self.interrupt {
             Some(f) if f() => Err(Error::Interrupted { op: self.op.to_string() }),
             _ => Ok(()),
@@ -64,7 +69,7 @@ impl Limits {
 }
 
 /// Called with all receives and the index of the one that just completed.
-pub type OnRecv<'c> = dyn FnMut(&[RecvOp<'_>], usize) -> Result<(), Error> + 'c;
+pub type OnRecv<'c> = dyn FnMut(&[RecvOp<'_>], usize) -> Result<()> + 'c;
 
 /// A way to move messages between the ranks of one job.
 pub trait Transport: Send {
@@ -81,120 +86,55 @@ pub trait Transport: Send {
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
         limits: &Limits,
-    ) -> Result<(), Error>;
+    ) -> Result<()>;
     /// Best effort, never blocking for long: tell every rank that this job is failing because
     /// of `cause`, and close the data links so no one waits on this rank.
     fn abort(&mut self, cause: &Error);
-    /// Which pairs of ranks have a fast direct link (`cabled[i][j]`), the same on every rank;
-    /// `None` when every pair is alike (TCP, in memory). Algorithms are chosen from it.
-    fn cabling(&self) -> Option<Vec<Vec<bool>>> {
-        None
+    /// Which pairs of ranks have a fast direct link; algorithms are chosen from it.
+    fn cabling(&self) -> Cabling;
+}
+
+/// Form the links `cfg` describes: the policy of which transport serves which pair.
+///
+/// One rank: nothing to connect. Otherwise the TCP bootstrap forms the group (authenticated,
+/// settings agreed) and its mesh carries every pair; with `BOLTCCL_BACKEND=verbs` (or `auto`
+/// where RDMA is configured and present) the pairs the device matrix cables move to RDMA queue
+/// pairs, the rest stay on TCP, all in one progress loop.
+pub(crate) fn connect(cfg: &Config) -> Result<Box<dyn Transport>> {
+    if cfg.world_size == 1 {
+        return Ok(Box::new(mem::world(1).pop().expect("one rank")));
     }
+    let cfg = &Config { backend: resolve_backend(cfg), ..cfg.clone() };
+    // What this rank can check alone fails before it waits for the others.
+    let rdma = (cfg.backend == Backend::Verbs).then(|| verbs::plan(cfg)).transpose()?;
+    let mut mesh = mesh::Mesh::over_tcp(cfg)?;
+    if let Some(plan) = rdma {
+        verbs::attach(&mut mesh, plan, cfg)?;
+    }
+    Ok(Box::new(mesh))
 }
 
-/// How long a waiting rank polls before sleeping, when it has a core to itself.
-pub const DEFAULT_POLL: Duration = Duration::from_millis(1);
-/// Longest hard spin: on loopback a hard spinner starves the kernel's deferred network work
-/// (ksoftirqd) on its core, delaying the very packet it waits for.
-pub const MAX_HARD_SPIN: Duration = Duration::from_micros(50);
-
-/// How a blocked exchange waits for progress: spin hard (lowest latency), then yield the CPU
-/// between checks (lets co-located ranks and the kernel's network work run), then sleep in
-/// the kernel. Hard spinning is only allowed when this host runs no more ranks than cores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitPolicy {
-    /// Spin without yielding for this long after the last progress.
-    pub hard: Duration,
-    /// Keep checking, yielding between checks, until this long after the last progress.
-    pub soft: Duration,
-}
-
-/// What a waiting loop should do next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitStep {
-    /// Check again at once.
-    Spin,
-    /// Yield the CPU, then check again.
-    Yield,
-    /// Sleep until the transport has something to do.
-    Block,
-}
-
-impl WaitPolicy {
-    /// The policy for `local_ranks` ranks on a host with `cores` cores; `budget` is
-    /// `BOLTCCL_SPIN_US` when set.
-    ///
-    /// With a core per rank, waiting costs nobody anything, and a rank that has gone to sleep
-    /// wakes tens of microseconds late (longer in a VM), so poll for up to 1 ms: hard for the
-    /// first quarter (at most [`MAX_HARD_SPIN`]), then yielding. With more ranks than cores,
-    /// any CPU a waiting rank uses is taken from the rank it waits for: sleep at once (an
-    /// explicit budget is still honoured, as yielding only). Measured with the inference
-    /// example at 3 ranks on 2 cores: all_sum's communication share fell from 14% to 7%.
-    pub fn for_host(local_ranks: usize, cores: usize, budget: Option<Duration>) -> WaitPolicy {
-        if local_ranks > cores {
-            return WaitPolicy { hard: Duration::ZERO, soft: budget.unwrap_or(Duration::ZERO) };
+/// `BOLTCCL_BACKEND=auto`: verbs when a device matrix is configured and the verbs library lists
+/// devices, else TCP — saying why in the log. Decided before any rank connects, from what this
+/// node has; bootstrap then checks the choice like any agreed setting, so a node without RDMA
+/// is named at start-up instead of failing on the first collective.
+fn resolve_backend(cfg: &Config) -> Backend {
+    if cfg.backend != Backend::Auto {
+        return cfg.backend;
+    }
+    if cfg.ibv_devices.is_none() {
+        tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured (BOLTCCL_IBV_DEVICES), using TCP");
+        return Backend::Tcp;
+    }
+    match crate::probe::RdmaProbe::load(cfg.ibv_library.as_deref()).device_names() {
+        Ok(names) if !names.is_empty() => Backend::Verbs,
+        Ok(_) => {
+            tracing::warn!("BOLTCCL_BACKEND=auto: the verbs library lists no RDMA device; using TCP");
+            Backend::Tcp
         }
-        let soft = budget.unwrap_or(DEFAULT_POLL);
-        WaitPolicy { hard: (soft / 4).min(MAX_HARD_SPIN), soft }
-    }
-
-    /// Spin or yield as the policy says for `idle` without progress, and return `false`
-    /// (check again); return `true` when the caller should sleep instead. The yielding phase
-    /// matters on loopback, where the kernel may hand delivery to ksoftirqd, which a hard
-    /// spinner would starve until it slept.
-    pub fn pause(&self, idle: Duration) -> bool {
-        match self.step(idle) {
-            WaitStep::Spin => std::hint::spin_loop(),
-            WaitStep::Yield => std::thread::yield_now(),
-            WaitStep::Block => return true,
+        Err(e) => {
+            tracing::warn!("BOLTCCL_BACKEND=auto: RDMA unavailable ({e}); using TCP");
+            Backend::Tcp
         }
-        false
-    }
-
-    /// The next step after `idle` without progress.
-    pub fn step(&self, idle: Duration) -> WaitStep {
-        if idle < self.hard {
-            WaitStep::Spin
-        } else if idle < self.soft {
-            WaitStep::Yield
-        } else {
-            WaitStep::Block
-        }
-    }
-}
-
-/// The abort frame's view of an error: who is to blame, whether that rank is gone, and why.
-pub(crate) fn abort_fields(me: usize, cause: &Error) -> (usize, bool, String) {
-    match cause {
-        Error::PeerLost { rank, detail } => (*rank, true, detail.clone()),
-        Error::Aborted { rank, reason } => (*rank, false, reason.clone()),
-        Error::Poisoned(inner) => abort_fields(me, inner),
-        other => (me, false, other.to_string()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn never_spins_hard_when_ranks_outnumber_cores() {
-        let us = Duration::from_micros;
-        let p = WaitPolicy::for_host(2, 2, None);
-        assert_eq!(
-            (p.step(us(1)), p.step(us(60)), p.step(us(1100))),
-            (WaitStep::Spin, WaitStep::Yield, WaitStep::Block)
-        );
-        let p = WaitPolicy::for_host(4, 2, None);
-        assert_eq!(p.step(us(0)), WaitStep::Block);
-        let p = WaitPolicy::for_host(4, 2, Some(us(50)));
-        assert_eq!((p.step(us(0)), p.step(us(60))), (WaitStep::Yield, WaitStep::Block));
-        let p = WaitPolicy::for_host(1, 8, Some(Duration::ZERO));
-        assert_eq!(p.step(us(0)), WaitStep::Block);
-        let p = WaitPolicy::for_host(1, 8, Some(us(400)));
-        assert_eq!(
-            (p.step(us(40)), p.step(us(60)), p.step(us(400))),
-            (WaitStep::Spin, WaitStep::Yield, WaitStep::Block)
-        );
     }
 }

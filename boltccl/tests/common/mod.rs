@@ -187,7 +187,7 @@ pub fn determinism(g: &Group, d: &mut Digest) {
             "same inputs gave different bits"
         );
         // Auto runs the ring on a ring-cabled group; the ring folds in ring order.
-        if g.all_reduce_algorithm(4 * n) != boltccl::Algo::Ring {
+        if g.algorithm(boltccl::Collective::AllReduce, 4 * n) != boltccl::Algo::Ring {
             let inputs: Vec<Vec<f32>> = (0..p).map(|q| gen(q, n)).collect();
             for i in 0..n {
                 let mut acc = inputs[0][i];

@@ -210,6 +210,8 @@ fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
+    // This program owns its process: boltccl's warnings go to stderr (BOLTCCL_LOG filters).
+    boltccl::log_to_stderr();
     let args = Args::parse();
     let gpu = open_gpu(args.backend)?;
     anyhow::ensure!(args.local_ranks >= 1, "--local-ranks must be at least 1");

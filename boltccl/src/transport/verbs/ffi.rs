@@ -451,11 +451,6 @@ impl MemoryRegion {
         self.layout.size()
     }
 
-    /// True when empty (never, in practice).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn addr(&self) -> *mut u8 {
         self.mem.as_ptr()
     }

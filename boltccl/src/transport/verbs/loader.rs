@@ -66,26 +66,6 @@ impl std::fmt::Debug for Verbs {
     }
 }
 
-/// The names of the required symbols, for `doctor` and the error messages.
-pub const REQUIRED: [&str; 16] = [
-    "ibv_get_device_list",
-    "ibv_free_device_list",
-    "ibv_get_device_name",
-    "ibv_open_device",
-    "ibv_close_device",
-    "ibv_alloc_pd",
-    "ibv_dealloc_pd",
-    "ibv_create_cq",
-    "ibv_destroy_cq",
-    "ibv_create_qp",
-    "ibv_modify_qp",
-    "ibv_destroy_qp",
-    "ibv_query_port",
-    "ibv_query_gid",
-    "ibv_reg_mr",
-    "ibv_dereg_mr",
-];
-
 impl Verbs {
     /// Load `path` (or the platform default) and resolve every required symbol.
     pub fn load(path: Option<&Path>) -> Result<Arc<Verbs>> {

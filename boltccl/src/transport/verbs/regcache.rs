@@ -99,11 +99,6 @@ impl<R> RegCache<R> {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
-
-    /// True when nothing is registered.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 /// The extent around `[addr, addr + len)` formed by `ranges` (start, len) that touch it,

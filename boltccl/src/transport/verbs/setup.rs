@@ -6,12 +6,14 @@ use super::ffi::Context;
 use super::link::{Link, Shape, LINK_HDR};
 use super::loader::Verbs;
 use super::topology::{self, DeviceMatrix, MAX_CABLES};
-use super::{VerbsTransport, MAX_MESSAGE, PORT};
+use super::{VerbsChannel, MAX_MESSAGE, PORT};
+use crate::algo::select::Cabling;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::transport::tcp::TcpTransport;
+use crate::transport::mesh::Mesh;
 use crate::transport::{Limits, RecvOp, SendOp, Transport};
-use crate::wire::{Coll, Header, HEADER_LEN};
+use crate::types::{Collective, DType, ReduceOp};
+use crate::wire::{Header, HEADER_LEN};
 use std::sync::Arc;
 use std::time::Duration;
 use verbs_abi::*;
@@ -183,18 +185,17 @@ fn bring_up(p: &mut Pending, peer: &Endpoint) -> Result<()> {
     qp.modify(&mut attr, IBV_QP_STATE | IBV_QP_SQ_PSN, Verb::ToRts, p.link.peer)
 }
 
-/// A TCP round with every peer: send `mine(peer)`, receive `len(peer)` bytes from each.
+/// A round over the TCP mesh with every peer: send `mine(peer)`, receive `len(peer)` bytes from each.
 fn tcp_round(
-    tcp: &mut TcpTransport,
+    mesh: &mut Mesh,
     peers: &[usize],
     seq: u32,
     len: impl Fn(usize) -> usize,
     mine: impl Fn(usize) -> Vec<u8>,
     timeout: Duration,
 ) -> Result<Vec<Vec<u8>>> {
-    let h = |n: usize| {
-        Header::data(Coll::Barrier, u32::MAX, seq, crate::DType::U8, crate::ReduceOp::Sum, n as u64, 0).piece(0, n)
-    };
+    let h =
+        |n: usize| Header::data(Collective::Barrier, u32::MAX, seq, DType::U8, ReduceOp::Sum, n as u64, 0).piece(0, n);
     let payloads: Vec<Vec<u8>> = peers.iter().map(|&p| mine(p)).collect();
     let sends: Vec<SendOp<'_>> =
         peers.iter().zip(&payloads).map(|(&peer, d)| SendOp { peer, header: h(d.len()), data: d }).collect();
@@ -202,7 +203,7 @@ fn tcp_round(
     let mut recvs: Vec<RecvOp<'_>> =
         peers.iter().zip(bufs.iter_mut()).map(|(&peer, b)| RecvOp { peer, expect: h(b.len()), buf: b }).collect();
     let limits = Limits { timeout, op: "RDMA set-up", interrupt: None };
-    tcp.exchange(&sends, &mut recvs, &mut |_, _| Ok(()), &limits)?;
+    mesh.exchange(&sends, &mut recvs, &mut |_, _| Ok(()), &limits)?;
     drop(recvs);
     Ok(bufs)
 }
@@ -274,17 +275,43 @@ fn connect_peer(rank: usize, peer: usize, mut mine: Vec<Pending>, blob: &[u8], s
     Ok(links.into_iter().map(|l| l.expect("a permutation fills every cable")).collect())
 }
 
-/// Form a verbs mesh as `cfg` describes (the device matrix is required).
-pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
+/// What this rank can check alone before the group forms: the verbs library loads, the
+/// device matrix reads, and its cable counts agree. Failing here fails fast, without waiting
+/// for the other ranks.
+pub(crate) struct Plan {
+    verbs: Arc<Verbs>,
+    matrix: DeviceMatrix,
+    path: std::path::PathBuf,
+}
+
+/// Check what [`Plan`] says, for the verbs backend (the device matrix is required).
+pub(crate) fn plan(cfg: &Config) -> Result<Plan> {
     let verbs = Verbs::load(cfg.ibv_library.as_deref())?;
-    let path = cfg.ibv_devices.as_deref().ok_or_else(|| {
+    let path = cfg.ibv_devices.clone().ok_or_else(|| {
         Error::Config(
             "the verbs backend needs the device matrix: set BOLTCCL_IBV_DEVICES (or MLX_IBV_DEVICES) to its \
              JSON file (`boltccl doctor --hosts ...` writes one)"
                 .into(),
         )
     })?;
-    let matrix = DeviceMatrix::load(path, cfg.world_size)?;
+    let matrix = DeviceMatrix::load(&path, cfg.world_size)?;
+    let rank = cfg.rank;
+    for p in (0..cfg.world_size).filter(|&p| p != rank) {
+        let (here, there) = (matrix.cells[rank][p].len(), matrix.cells[p][rank].len());
+        if here != there || here > MAX_CABLES {
+            return Err(Error::Config(format!(
+                "{}: rank {rank} lists {here} cable(s) toward rank {p} but rank {p} lists {there} toward rank {rank} \
+                 (each pair needs the same count on both sides, at most {MAX_CABLES})",
+                path.display()
+            )));
+        }
+    }
+    Ok(Plan { verbs, matrix, path })
+}
+
+/// Move the pairs the device matrix cables from `mesh`'s TCP links to RDMA queue pairs.
+pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config) -> Result<()> {
+    let Plan { verbs, matrix, path } = plan;
     let digest = matrix.digest();
     let tcp_peers = matrix.uncabled(cfg.rank);
     if !tcp_peers.is_empty() {
@@ -298,25 +325,13 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes).min(MAX_MESSAGE);
     let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
     let peers: Vec<usize> = (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p)).collect();
-
     let cables: Vec<&[String]> = (0..size).map(|p| matrix.cells[rank][p].as_slice()).collect();
-    for &p in &peers {
-        let (here, there) = (cables[p].len(), matrix.cells[p][rank].len());
-        if here != there || here > MAX_CABLES {
-            return Err(Error::Config(format!(
-                "{}: rank {rank} lists {here} cable(s) toward rank {p} but rank {p} lists {there} toward rank {rank} \
-                 (each pair needs the same count on both sides, at most {MAX_CABLES})",
-                path.display()
-            )));
-        }
-    }
 
-    let mut tcp = crate::bootstrap::connect(cfg)?;
     // Every rank picks algorithms from the whole matrix: check that all ranks read the same
     // cabling before anyone opens a device (a rank expecting a cable its peer does not list
     // would otherwise wait for endpoints that never come).
     let everyone: Vec<usize> = (0..size).filter(|&p| p != rank).collect();
-    let digests = tcp_round(&mut tcp, &everyone, 2, |_| 4, |_| digest.to_le_bytes().to_vec(), cfg.init_timeout)?;
+    let digests = tcp_round(mesh, &everyone, 2, |_| 4, |_| digest.to_le_bytes().to_vec(), cfg.init_timeout)?;
     for (&p, d) in everyone.iter().zip(&digests) {
         let theirs = u32::from_le_bytes(d[..4].try_into().expect("4 bytes"));
         if theirs != digest {
@@ -328,12 +343,12 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
                     path.display()
                 ),
             };
-            tcp.abort(&e);
+            mesh.abort(&e);
             return Err(e);
         }
     }
-    let fail = |tcp: &mut TcpTransport, e: Error| -> Error {
-        tcp.abort(&e);
+    let fail = |mesh: &mut Mesh, e: Error| -> Error {
+        mesh.abort(&e);
         e
     };
     // Local set-up: one queue pair per cable. On error every object made so far is dropped
@@ -353,7 +368,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
     }
     if let Some(e) = local_err {
         drop(pending);
-        return Err(fail(&mut tcp, e));
+        return Err(fail(mesh, e));
     }
     let timeout = cfg.init_timeout;
     let mine = |p: usize| {
@@ -373,21 +388,19 @@ pub(crate) fn connect(cfg: &Config) -> Result<VerbsTransport> {
         }
         blob
     };
-    let theirs = tcp_round(&mut tcp, &peers, 0, |p| cables[p].len() * ENDPOINT_LEN, mine, timeout)?;
+    let theirs = tcp_round(mesh, &peers, 0, |p| cables[p].len() * ENDPOINT_LEN, mine, timeout)?;
     let mut links: Vec<Vec<Link>> = (0..size).map(|_| Vec::new()).collect();
     for (&p, blob) in peers.iter().zip(&theirs) {
         match connect_peer(rank, p, std::mem::take(&mut pending[p]), blob, shape) {
             Ok(l) => links[p] = l,
-            Err(e) => return Err(fail(&mut tcp, e)),
+            Err(e) => return Err(fail(mesh, e)),
         }
     }
     // Every receive is posted on this rank; wait until the same holds everywhere.
-    tcp_round(&mut tcp, &peers, 1, |_| 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
-    // Same rule as TCP: busy-poll only when this host has a core per rank.
-    let wait = tcp.wait_policy();
+    tcp_round(mesh, &peers, 1, |_| 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
     tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
-    let over_tcp = (0..size).map(|p| tcp_peers.contains(&p)).collect();
-    Ok(VerbsTransport { rank, size, links, over_tcp, cabled: matrix.cabled(), tcp, wait, aborted: false })
+    mesh.attach(Box::new(VerbsChannel { rank, links }), &peers, Cabling::from_links(matrix.cabled()));
+    Ok(())
 }
 
 #[cfg(test)]

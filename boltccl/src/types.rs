@@ -1,4 +1,4 @@
-//! Element types and reduction operators.
+//! The vocabulary of a call: element types, reduction operators and collectives.
 
 use half::{bf16, f16};
 
@@ -122,12 +122,78 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
+    /// Every operator, in wire order.
+    pub const ALL: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
+
+    /// Decode the wire number.
+    pub fn from_u8(v: u8) -> Option<ReduceOp> {
+        ReduceOp::ALL.get(v as usize).copied()
+    }
+
     /// Lower-case name.
     pub const fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "sum",
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
+        }
+    }
+}
+
+/// A call on a group. Numbers are part of the wire format (every message names its call):
+/// never renumber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Collective {
+    /// all_sum / all_max / all_min
+    AllReduce = 1,
+    /// all_gather
+    AllGather = 2,
+    /// reduce_scatter
+    ReduceScatter = 3,
+    /// broadcast
+    Broadcast = 4,
+    /// barrier
+    Barrier = 5,
+    /// send / recv
+    SendRecv = 6,
+}
+
+impl Collective {
+    /// Every collective, in wire order.
+    pub const ALL: [Collective; 6] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::Barrier,
+        Collective::SendRecv,
+    ];
+
+    /// Decode the wire number.
+    pub fn from_u8(v: u8) -> Option<Collective> {
+        Collective::ALL.into_iter().find(|c| *c as u8 == v)
+    }
+
+    /// The call's name, with the reduction for all-reduce and reduce-scatter (`all_max`,
+    /// `reduce_scatter(min)`, ...).
+    pub fn describe(self, op: Option<ReduceOp>) -> String {
+        match (self, op) {
+            (Collective::AllReduce, Some(r)) => format!("all_{}", r.name()),
+            (Collective::ReduceScatter, Some(r)) => format!("reduce_scatter({})", r.name()),
+            (c, _) => c.name().to_string(),
+        }
+    }
+
+    /// The call's name without its reduction.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::Broadcast => "broadcast",
+            Collective::Barrier => "barrier",
+            Collective::SendRecv => "send/recv",
         }
     }
 }
@@ -164,6 +230,19 @@ mod tests {
         assert_eq!(DType::from_u8(12), None);
         assert_eq!(DType::from_name("bf16"), Some(DType::BF16));
         assert_eq!(DType::from_name("float128"), None);
+    }
+
+    #[test]
+    fn collectives_and_ops_round_trip() {
+        for c in Collective::ALL {
+            assert_eq!(Collective::from_u8(c as u8), Some(c));
+        }
+        for r in ReduceOp::ALL {
+            assert_eq!(ReduceOp::from_u8(r as u8), Some(r));
+        }
+        assert_eq!(Collective::AllReduce.describe(Some(ReduceOp::Max)), "all_max");
+        assert_eq!(Collective::ReduceScatter.describe(Some(ReduceOp::Min)), "reduce_scatter(min)");
+        assert_eq!(Collective::Broadcast.describe(None), "broadcast");
     }
 
     #[test]
