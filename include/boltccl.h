@@ -179,12 +179,19 @@ typedef uint32_t boltccl_result;
 typedef struct boltccl_group boltccl_group;
 
 /**
- * Settings for `boltccl_init`. Zero-initialise it (`boltccl_config cfg = {0};`) and set the
- * fields you need: a zero or NULL field takes the library default (not the environment).
- * Settings that have no field here (algorithm, chunk size, ...) take their defaults.
- * The strings are copied during `boltccl_init`; they need not outlive the call.
+ * Settings for `boltccl_init`. Prepare it with `boltccl_config_init(&cfg)` (which sets
+ * `size` and zeroes the rest), then set the fields you need: a zero or NULL field takes the
+ * library default (not the environment). Settings that have no field here (algorithm, chunk
+ * size, ...) take their defaults. The strings are copied during `boltccl_init`; they need
+ * not outlive the call.
  */
 typedef struct {
+  /**
+   * `sizeof(boltccl_config)` as the caller's header declared it: later versions append
+   * fields and read only what this size covers, so a program built against an older
+   * header keeps working. Set by `boltccl_config_init`.
+   */
+  size_t size;
   /**
    * This process's rank, `0 <= rank < world_size`.
    */
@@ -221,6 +228,15 @@ typedef uint32_t boltccl_dtype;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Prepare `*cfg` for `boltccl_init`: every field zero (the defaults) and `size` set.
+ * NULL is ignored.
+ *
+ * # Safety
+ * `cfg` must be NULL or point to writable storage for one `boltccl_config`.
+ */
+void boltccl_config_init(boltccl_config *cfg);
 
 /**
  * Form a group and store its handle in `*out`.

@@ -162,6 +162,66 @@ pub enum ErrorKind {
     Internal,
 }
 
+impl ErrorKind {
+    /// Every kind.
+    pub const ALL: [ErrorKind; 12] = [
+        ErrorKind::InvalidArgument,
+        ErrorKind::Config,
+        ErrorKind::Mismatch,
+        ErrorKind::PeerLost,
+        ErrorKind::Aborted,
+        ErrorKind::Timeout,
+        ErrorKind::Io,
+        ErrorKind::Protocol,
+        ErrorKind::Unsupported,
+        ErrorKind::Busy,
+        ErrorKind::Interrupted,
+        ErrorKind::Internal,
+    ];
+
+    /// The stable name bindings expose (`"peer_lost"`, `"timeout"`, ...): never renamed.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::Config => "config",
+            ErrorKind::Mismatch => "mismatch",
+            ErrorKind::PeerLost => "peer_lost",
+            ErrorKind::Aborted => "aborted",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Io => "io",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Busy => "busy",
+            ErrorKind::Interrupted => "interrupted",
+            ErrorKind::Internal => "internal",
+        }
+    }
+
+    /// A short description for people (`"peer lost"`, `"timed out"`, ...).
+    pub const fn description(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "invalid argument",
+            ErrorKind::Config => "configuration error",
+            ErrorKind::Mismatch => "ranks disagree",
+            ErrorKind::PeerLost => "peer lost",
+            ErrorKind::Aborted => "aborted by another rank",
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::Io => "I/O error",
+            ErrorKind::Protocol => "protocol error",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Busy => "another call is in progress on this group",
+            ErrorKind::Interrupted => "interrupted",
+            ErrorKind::Internal => "internal error",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl Error {
     /// The stable classification of this error. A poisoned group reports the kind of the
     /// original cause.

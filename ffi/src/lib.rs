@@ -59,13 +59,18 @@ pub enum boltccl_dtype_value {
     BOLTCCL_UINT64 = 11,
 }
 
-/// Settings for `boltccl_init`. Zero-initialise it (`boltccl_config cfg = {0};`) and set the
-/// fields you need: a zero or NULL field takes the library default (not the environment).
-/// Settings that have no field here (algorithm, chunk size, ...) take their defaults.
-/// The strings are copied during `boltccl_init`; they need not outlive the call.
+/// Settings for `boltccl_init`. Prepare it with `boltccl_config_init(&cfg)` (which sets
+/// `size` and zeroes the rest), then set the fields you need: a zero or NULL field takes the
+/// library default (not the environment). Settings that have no field here (algorithm, chunk
+/// size, ...) take their defaults. The strings are copied during `boltccl_init`; they need
+/// not outlive the call.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct boltccl_config {
+    /// `sizeof(boltccl_config)` as the caller's header declared it: later versions append
+    /// fields and read only what this size covers, so a program built against an older
+    /// header keeps working. Set by `boltccl_config_init`.
+    pub size: usize,
     /// This process's rank, `0 <= rank < world_size`.
     pub rank: c_int,
     /// Number of ranks (at least 1).
@@ -79,6 +84,29 @@ pub struct boltccl_config {
     pub timeout_ms: u64,
     /// Deadline for forming the group in milliseconds (0: 60000).
     pub init_timeout_ms: u64,
+}
+
+/// Prepare `*cfg` for `boltccl_init`: every field zero (the defaults) and `size` set.
+/// NULL is ignored.
+///
+/// # Safety
+/// `cfg` must be NULL or point to writable storage for one `boltccl_config`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_config_init(cfg: *mut boltccl_config) {
+    if cfg.is_null() {
+        return;
+    }
+    let blank = boltccl_config {
+        size: std::mem::size_of::<boltccl_config>(),
+        rank: 0,
+        world_size: 0,
+        coordinator: std::ptr::null(),
+        job_key: std::ptr::null(),
+        timeout_ms: 0,
+        init_timeout_ms: 0,
+    };
+    // SAFETY: non-NULL and writable per the caller's contract.
+    unsafe { cfg.write(blank) };
 }
 
 /// A group of ranks (opaque). Created by `boltccl_init` or `boltccl_split`, released with
@@ -204,7 +232,21 @@ pub unsafe extern "C" fn boltccl_init(cfg: *const boltccl_config, out: *mut *mut
                 Err(e) => return fail(e),
             }
         } else {
-            // SAFETY: non-NULL and valid per the caller's contract.
+            // SAFETY: non-NULL and valid per the caller's contract; `size` comes first in
+            // every version of the struct.
+            let size = unsafe { (*cfg).size };
+            if size != std::mem::size_of::<boltccl_config>() {
+                return fail_with(
+                    boltccl_result::InvalidParameter,
+                    format!(
+                        "boltccl_config.size is {size}, not {} (this library's sizeof(boltccl_config)): \
+                         prepare the config with boltccl_config_init(&cfg), and build against this \
+                         version's boltccl.h",
+                        std::mem::size_of::<boltccl_config>()
+                    ),
+                );
+            }
+            // SAFETY: as above, and `size` says the caller's struct is this version's.
             let c = unsafe { &*cfg };
             let rank = try_ffi!(rank_arg("rank", c.rank));
             let world_size = try_ffi!(rank_arg("world_size", c.world_size));

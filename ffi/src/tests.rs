@@ -8,15 +8,33 @@ fn last() -> String {
     unsafe { CStr::from_ptr(boltccl_last_error()) }.to_string_lossy().into_owned()
 }
 
+fn blank_config() -> boltccl_config {
+    let mut cfg = std::mem::MaybeUninit::<boltccl_config>::uninit();
+    // SAFETY: valid out pointer; `boltccl_config_init` writes every field.
+    unsafe {
+        boltccl_config_init(cfg.as_mut_ptr());
+        cfg.assume_init()
+    }
+}
+
+#[test]
+fn config_size_is_checked() {
+    let good = boltccl_config { world_size: 1, ..blank_config() };
+    assert_eq!(good.size, std::mem::size_of::<boltccl_config>());
+    let mut g = null_mut();
+    for size in [0, good.size - 8, good.size + 8] {
+        let wrong = boltccl_config { size, ..good };
+        // SAFETY: valid config and out pointer.
+        assert_eq!(unsafe { boltccl_init(&wrong, &mut g) }, boltccl_result::InvalidParameter);
+        assert!(last().contains("boltccl_config_init"), "{}", last());
+        assert!(g.is_null());
+    }
+    // SAFETY: NULL is ignored.
+    unsafe { boltccl_config_init(null_mut()) };
+}
+
 fn one_rank() -> *mut boltccl_group {
-    let cfg = boltccl_config {
-        rank: 0,
-        world_size: 1,
-        coordinator: null(),
-        job_key: null(),
-        timeout_ms: 0,
-        init_timeout_ms: 0,
-    };
+    let cfg = boltccl_config { world_size: 1, ..blank_config() };
     let mut g = null_mut();
     // SAFETY: valid config and out pointer.
     assert_eq!(unsafe { boltccl_init(&cfg, &mut g) }, boltccl_result::Ok, "{}", last());
@@ -64,14 +82,7 @@ fn null_arguments_return_codes_and_leave_outputs_alone() {
         assert_eq!(boltccl_size(null()), -1);
         boltccl_group_free(null_mut());
 
-        let bad = boltccl_config {
-            rank: 3,
-            world_size: 2,
-            coordinator: c"127.0.0.1:1".as_ptr(),
-            job_key: null(),
-            timeout_ms: 0,
-            init_timeout_ms: 0,
-        };
+        let bad = boltccl_config { rank: 3, world_size: 2, coordinator: c"127.0.0.1:1".as_ptr(), ..blank_config() };
         let sentinel = 0x10 as *mut boltccl_group;
         let mut out = sentinel;
         assert_eq!(boltccl_init(&bad, &mut out), boltccl_result::Config);

@@ -34,23 +34,6 @@ fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>>
     Ok(module.bind(py).getattr(name)?.downcast_into::<PyType>()?)
 }
 
-fn kind_name(k: ErrorKind) -> &'static str {
-    match k {
-        ErrorKind::InvalidArgument => "invalid_argument",
-        ErrorKind::Config => "config",
-        ErrorKind::Mismatch => "mismatch",
-        ErrorKind::PeerLost => "peer_lost",
-        ErrorKind::Aborted => "aborted",
-        ErrorKind::Timeout => "timeout",
-        ErrorKind::Io => "io",
-        ErrorKind::Protocol => "protocol",
-        ErrorKind::Unsupported => "unsupported",
-        ErrorKind::Busy => "busy",
-        ErrorKind::Interrupted => "interrupted",
-        _ => "internal",
-    }
-}
-
 /// Map a boltccl error to a Python exception (a caught KeyboardInterrupt wins).
 fn to_py(py: Python<'_>, e: boltccl::Error, pending: Option<&Pending>) -> PyErr {
     if let Some(p) = pending.and_then(|p| p.lock().take()) {
@@ -70,7 +53,7 @@ fn to_py(py: Python<'_>, e: boltccl::Error, pending: Option<&Pending>) -> PyErr 
     let build = || -> PyResult<PyErr> {
         let cls = error_class(py, class)?;
         let inst = cls.call1((msg.clone(),))?;
-        inst.setattr("kind", kind_name(kind))?;
+        inst.setattr("kind", kind.name())?;
         inst.setattr("rank", e.rank())?;
         Ok(PyErr::from_value(inst))
     };

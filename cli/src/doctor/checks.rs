@@ -6,6 +6,7 @@
 //! `cfg(target_os)`), so their parsers compile and are tested on Linux too.
 
 use boltccl::probe::{install_hint, open_device_hint, same_subnet, DeviceInfo, DeviceMatrix, RdmaProbe};
+use boltccl::{Cabling, Shape};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -304,20 +305,9 @@ pub fn check_versions(reports: &[NodeReport]) -> Vec<Finding> {
     f
 }
 
-/// The shape the cabling forms.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Shape {
-    /// Every pair cabled.
-    Mesh,
-    /// Each node cabled to its two ring neighbours (in host order).
-    Ring,
-    /// Neither: some nodes cannot reach each other over RDMA (TCP is used for those pairs).
-    Partial,
-}
-
 /// Infer which devices are cabled together: two devices on different nodes whose IPv4
 /// addresses share a subnet (each cable gets its own subnet, e.g. a /30). Returns the device
-/// matrix and the shape.
+/// matrix and the shape its cables form.
 pub fn infer_matrix(reports: &[NodeReport]) -> (DeviceMatrix, Shape) {
     let n = reports.len();
     let mut cells = vec![vec![Vec::<String>::new(); n]; n];
@@ -339,17 +329,10 @@ pub fn infer_matrix(reports: &[NodeReport]) -> (DeviceMatrix, Shape) {
             }
         }
     }
-    let linked = |i: usize, j: usize| !cells[i][j].is_empty() && !cells[j][i].is_empty();
-    let mesh = (0..n).all(|i| (0..n).all(|j| i == j || linked(i, j)));
-    let ring = n >= 3 && (0..n).all(|i| linked(i, (i + 1) % n));
-    let shape = if mesh {
-        Shape::Mesh
-    } else if ring {
-        Shape::Ring
-    } else {
-        Shape::Partial
-    };
-    (DeviceMatrix { cells }, shape)
+    let matrix = DeviceMatrix { cells };
+    // The same classification the library's algorithm choice uses.
+    let shape = Cabling::from_links(matrix.cabled()).shape();
+    (matrix, shape)
 }
 
 /// The device matrix as JSON (MLX format: null, a name, or a list of names).

@@ -2,7 +2,8 @@
 
 mod checks;
 
-use checks::{self as doctor, Severity, Shape};
+use boltccl::Shape;
+use checks::{self as doctor, Severity};
 use std::path::PathBuf;
 
 /// Arguments of `boltccl doctor`.
@@ -85,6 +86,17 @@ pub fn run(a: DoctorArgs) -> i32 {
              give each cable its own IPv4 subnet (e.g. a /30) on both ends, or reorder --hosts to follow the ring"
         ),
     }
+    // What the library will run on this cabling, with the default settings.
+    let cabling = boltccl::Cabling::from_links(matrix.cabled());
+    let cfg = boltccl::Config { world_size: reports.len(), ..boltccl::Config::default() };
+    let pick = |c, bytes| boltccl::select_algorithm(c, bytes, &cabling, &cfg).name();
+    println!(
+        "       algorithms: all_sum up to {} B {}, larger {}; large all_gather {}",
+        cfg.mesh_max_bytes,
+        pick(boltccl::Collective::AllReduce, cfg.mesh_max_bytes),
+        pick(boltccl::Collective::AllReduce, 64 << 20),
+        pick(boltccl::Collective::AllGather, 64 << 20)
+    );
     let hostfile: Vec<_> = a.hosts.iter().map(|h| serde_json::json!({"ssh": h, "ips": []})).collect();
     let (hf, dm) = (a.out.join("hostfile.json"), a.out.join("devices.json"));
     let written = std::fs::write(&hf, serde_json::to_string_pretty(&hostfile).expect("json"))

@@ -1,57 +1,19 @@
 //! Configuration: one typed [`Config`], read from the environment by [`Config::from_env`].
 //!
-//! Every variable is declared exactly once, in [`ENV_VARS`], with its default and meaning; the
-//! README table is checked against that list by a test, so docs and code cannot drift.
+//! Every variable is declared once, in [`VARS`], with its default, its fallbacks and its
+//! parser; the README table is checked against that list by a test, so docs and code cannot
+//! drift.
+
+mod hostfile;
+mod vars;
+
+pub use hostfile::{parse_hostfile, HostEntry};
+pub use vars::*;
 
 use crate::error::{Error, Result};
-use serde::Deserialize;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// One documented environment variable.
-#[derive(Debug, Clone, Copy)]
-pub struct EnvVar {
-    /// Variable name.
-    pub name: &'static str,
-    /// Default value as text ("" when there is none).
-    pub default: &'static str,
-    /// What it does.
-    pub help: &'static str,
-}
-
-macro_rules! env_vars {
-    ($($ident:ident = $name:literal, $default:literal, $help:literal;)*) => {
-        $(#[doc = $help] pub const $ident: &str = $name;)*
-        /// Every environment variable boltccl reads, with its default and meaning.
-        pub const ENV_VARS: &[EnvVar] = &[$(EnvVar { name: $name, default: $default, help: $help }),*];
-    };
-}
-
-env_vars! {
-    RANK = "BOLTCCL_RANK", "", "This process's rank, 0-based. Falls back to JACCL_RANK, MLX_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID.";
-    WORLD_SIZE = "BOLTCCL_WORLD_SIZE", "", "Number of ranks. Falls back to MLX_WORLD_SIZE, OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS, or the hostfile length.";
-    COORDINATOR = "BOLTCCL_COORDINATOR", "", "ip:port that rank 0 listens on and every rank dials. Falls back to MLX_JACCL_COORDINATOR, JACCL_COORDINATOR, or rank 0's first hostfile address.";
-    JOB_KEY = "BOLTCCL_JOB_KEY", "", "Shared secret; every connection proves it by HMAC-SHA256 challenge-response. The launcher generates one.";
-    TIMEOUT_MS = "BOLTCCL_TIMEOUT_MS", "30000", "A collective fails if no byte moves for this long (milliseconds).";
-    INIT_TIMEOUT_MS = "BOLTCCL_INIT_TIMEOUT_MS", "60000", "Deadline for forming the group: dialling the coordinator (with retry) and connecting to peers.";
-    BACKEND = "BOLTCCL_BACKEND", "auto", "tcp, verbs or auto (verbs where RDMA devices are configured, else TCP).";
-    ALGO = "BOLTCCL_ALGO", "auto", "Force an algorithm: auto, mesh, direct (reduce-scatter + all-gather on a full mesh) or ring (bidirectional). For benchmarks.";
-    CHUNK_BYTES = "BOLTCCL_CHUNK_BYTES", "1048576", "Pipelining unit: large transfers move in chunks of this many bytes. Must agree on all ranks.";
-    MESH_MAX_BYTES = "BOLTCCL_MESH_MAX_BYTES", "65536", "With ALGO=auto, reductions up to this many bytes use the one-step mesh algorithm. Must agree on all ranks.";
-    TCP_STREAMS = "BOLTCCL_TCP_STREAMS", "1", "TCP connections per peer; chunks are striped across them. Must agree on all ranks.";
-    SPIN_US = "BOLTCCL_SPIN_US", "auto", "Microseconds to poll before sleeping. Default: 1000 when this host has a core per rank (the first quarter, at most 50, spins hard; the rest yields between checks), 0 when ranks outnumber cores (a waiting rank would take CPU from the one it waits for; a value set here then only yields).";
-    BIND = "BOLTCCL_BIND", "", "Local IP for this rank's data listener. Default: the hostfile address, else the address this host uses to reach the coordinator. Never all interfaces unless you say 0.0.0.0.";
-    LOCAL_WORLD_SIZE = "BOLTCCL_LOCAL_WORLD_SIZE", "", "Ranks on this host (set by the launcher; used to decide whether busy-polling is safe).";
-    HOSTFILE = "BOLTCCL_HOSTFILE", "", "JSON hostfile: a list of lists of \"ip:port\" per rank (MLX ring format), or MLX launcher host entries. Falls back to MLX_HOSTFILE.";
-    IBV_DEVICES = "BOLTCCL_IBV_DEVICES", "", "Path to the JSON N x N RDMA device matrix (MLX format). Falls back to MLX_IBV_DEVICES.";
-    IBV_LIBRARY = "BOLTCCL_IBV_LIBRARY", "", "Verbs library to load instead of the default (librdma.dylib on macOS, libibverbs.so.1 elsewhere), e.g. the softverbs test double.";
-    IBV_RECV_DEPTH = "BOLTCCL_IBV_RECV_DEPTH", "16", "Receives kept posted per RDMA queue pair (2..=32; Apple's provider fails past about 62, 32 is safe). Sets each peer's send credits.";
-    IBV_SEND_DEPTH = "BOLTCCL_IBV_SEND_DEPTH", "8", "Sends in flight per RDMA queue pair (1..=32): bounds outstanding work requests and staging memory.";
-    IBV_ZERO_COPY = "BOLTCCL_IBV_ZERO_COPY", "0", "1: RDMA sends of large pieces go straight from the caller's buffers (registered on first use and cached) instead of through staging copies. Only for programs that keep their buffers allocated while the group lives: a buffer freed and another allocated at the same address could be sent from stale pinned pages.";
-    IBV_MR_CACHE = "BOLTCCL_IBV_MR_CACHE", "32", "With zero-copy: registrations of caller memory kept per queue pair (1..=64; Apple's provider allows about 100 per device), least recently used evicted first.";
-    LOG = "BOLTCCL_LOG", "warn", "Log filter (tracing EnvFilter syntax): error, warn, info, debug, trace.";
-}
 
 impl Backend {
     /// Name as accepted by `BOLTCCL_BACKEND`.
@@ -148,30 +110,35 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// One rank, and every variable's documented default (see [`VARS`]).
     fn default() -> Self {
-        Config {
+        let mut c = Config {
             rank: 0,
             world_size: 1,
             coordinator: None,
             job_key: None,
-            timeout: Duration::from_millis(30_000),
-            init_timeout: Duration::from_millis(60_000),
+            timeout: Duration::ZERO,
+            init_timeout: Duration::ZERO,
             backend: Backend::Auto,
             algo: Algo::Auto,
-            chunk_bytes: 1 << 20,
-            mesh_max_bytes: 1 << 16,
-            tcp_streams: 1,
+            chunk_bytes: 0,
+            mesh_max_bytes: 0,
+            tcp_streams: 0,
             spin: None,
             bind: None,
             local_world_size: None,
             hosts: None,
             ibv_devices: None,
             ibv_library: None,
-            ibv_recv_depth: 16,
-            ibv_send_depth: 8,
+            ibv_recv_depth: 0,
+            ibv_send_depth: 0,
             ibv_zero_copy: false,
-            ibv_mr_cache: 32,
+            ibv_mr_cache: 0,
+        };
+        for v in VARS.iter().filter(|v| !v.default.is_empty()) {
+            (v.apply)(&mut c, v.default).expect("every default parses");
         }
+        c
     }
 }
 
@@ -188,91 +155,25 @@ impl Config {
 
     /// Read the configuration through `get` (a stand-in for the environment, for tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
-        let first = |names: &[&str]| -> Option<(String, String)> {
-            names
-                .iter()
-                .find_map(|n| get(n).filter(|v| !v.trim().is_empty()).map(|v| (n.to_string(), v.trim().to_string())))
-        };
         let mut cfg = Config::default();
-
-        let hostfile = first(&[HOSTFILE, "MLX_HOSTFILE"]);
-        if let Some((var, path)) = &hostfile {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Error::Config(format!("{var}={path}: cannot read hostfile: {e}")))?;
-            cfg.hosts = Some(parse_hostfile(&text).map_err(|e| Error::Config(format!("{var}={path}: {e}")))?);
-        }
-
-        if let Some((var, v)) =
-            first(&[RANK, "JACCL_RANK", "MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"])
-        {
-            cfg.rank = parse_num(&var, &v)?;
-        }
-        if let Some((var, v)) =
-            first(&[WORLD_SIZE, "MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"])
-        {
-            cfg.world_size = parse_num(&var, &v)?;
-        } else if let Some(h) = &cfg.hosts {
-            cfg.world_size = h.len();
-        }
-        cfg.coordinator = first(&[COORDINATOR, "MLX_JACCL_COORDINATOR", "JACCL_COORDINATOR"])
-            .map(|(_, v)| v)
-            .or_else(|| cfg.hosts.as_ref().and_then(|h| h.first()).and_then(|r| r.first()).cloned());
-        cfg.job_key = first(&[JOB_KEY]).map(|(_, v)| v);
-        if let Some((var, v)) = first(&[TIMEOUT_MS]) {
-            cfg.timeout = Duration::from_millis(parse_num(&var, &v)?);
-        }
-        if let Some((var, v)) = first(&[INIT_TIMEOUT_MS]) {
-            cfg.init_timeout = Duration::from_millis(parse_num(&var, &v)?);
-        }
-        if let Some((var, v)) = first(&[BACKEND]) {
-            cfg.backend = match v.to_ascii_lowercase().as_str() {
-                "tcp" => Backend::Tcp,
-                "verbs" | "rdma" | "ibv" => Backend::Verbs,
-                "auto" => Backend::Auto,
-                _ => return Err(Error::Config(format!("{var}={v}: expected tcp, verbs or auto"))),
-            };
-        }
-        if let Some((var, v)) = first(&[ALGO]) {
-            cfg.algo = parse_algo(&v)
-                .ok_or_else(|| Error::Config(format!("{var}={v}: expected auto, mesh, direct or ring")))?;
-        }
-        if let Some((var, v)) = first(&[CHUNK_BYTES]) {
-            cfg.chunk_bytes = parse_num(&var, &v)?;
-        }
-        if let Some((var, v)) = first(&[MESH_MAX_BYTES]) {
-            cfg.mesh_max_bytes = parse_num(&var, &v)?;
-        }
-        if let Some((var, v)) = first(&[TCP_STREAMS]) {
-            cfg.tcp_streams = parse_num(&var, &v)?;
-        }
-        if let Some((var, v)) = first(&[SPIN_US]) {
-            if v != "auto" {
-                cfg.spin = Some(Duration::from_micros(parse_num(&var, &v)?));
+        let mut sized = false;
+        for var in VARS {
+            let set = std::iter::once(&var.name)
+                .chain(var.fallbacks)
+                .find_map(|n| get(n).filter(|v| !v.trim().is_empty()).map(|v| (*n, v.trim().to_string())));
+            if let Some((name, value)) = set {
+                (var.apply)(&mut cfg, &value).map_err(|e| Error::Config(format!("{name}={value}: {e}")))?;
+                sized |= var.name == WORLD_SIZE;
             }
         }
-        if let Some((var, v)) = first(&[BIND]) {
-            cfg.bind = Some(v.parse().map_err(|_| Error::Config(format!("{var}={v}: not an IP address")))?);
-        }
-        if let Some((var, v)) = first(&[LOCAL_WORLD_SIZE, "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]) {
-            cfg.local_world_size = Some(parse_num(&var, &v)?);
-        }
-        cfg.ibv_devices = first(&[IBV_DEVICES, "MLX_IBV_DEVICES", "JACCL_IBV_DEVICES"]).map(|(_, v)| v.into());
-        cfg.ibv_library = first(&[IBV_LIBRARY]).map(|(_, v)| v.into());
-        if let Some((var, v)) = first(&[IBV_RECV_DEPTH]) {
-            cfg.ibv_recv_depth = parse_num(&var, &v)?;
-        }
-        if let Some((var, v)) = first(&[IBV_SEND_DEPTH]) {
-            cfg.ibv_send_depth = parse_num(&var, &v)?;
-        }
-        if let Some((var, v)) = first(&[IBV_ZERO_COPY]) {
-            cfg.ibv_zero_copy = match v.as_str() {
-                "1" | "true" | "on" => true,
-                "0" | "false" | "off" => false,
-                _ => return Err(Error::Config(format!("{var}={v}: expected 1 or 0"))),
-            };
-        }
-        if let Some((var, v)) = first(&[IBV_MR_CACHE]) {
-            cfg.ibv_mr_cache = parse_num(&var, &v)?;
+        // A hostfile also says how many ranks there are and where rank 0 is.
+        if let Some(h) = &cfg.hosts {
+            if !sized {
+                cfg.world_size = h.len();
+            }
+            if cfg.coordinator.is_none() {
+                cfg.coordinator = h.first().and_then(|r| r.first()).cloned();
+            }
         }
         cfg.validate()?;
         Ok(cfg)
@@ -361,10 +262,6 @@ impl Config {
     }
 }
 
-fn parse_num<T: std::str::FromStr>(var: &str, v: &str) -> Result<T> {
-    v.parse().map_err(|_| Error::Config(format!("{var}={v}: expected a non-negative integer")))
-}
-
 /// Parse an algorithm name as accepted by `BOLTCCL_ALGO`.
 pub fn parse_algo(v: &str) -> Option<Algo> {
     match v.to_ascii_lowercase().as_str() {
@@ -374,48 +271,6 @@ pub fn parse_algo(v: &str) -> Option<Algo> {
         "ring" => Some(Algo::Ring),
         _ => None,
     }
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum HostfileText {
-    /// MLX ring format: one list of "ip:port" per rank.
-    Ring(Vec<Vec<String>>),
-    /// MLX launcher format: a bare list of hosts.
-    Hosts(Vec<HostEntry>),
-    /// MLX launcher format: `{"backend": ..., "envs": [...], "hosts": [...]}`.
-    Object { hosts: Vec<HostEntry> },
-}
-
-/// One host of an MLX launcher hostfile.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-pub struct HostEntry {
-    /// Host name to ssh to.
-    pub ssh: String,
-    /// Addresses of this host (the first one is used for boltccl traffic).
-    #[serde(default)]
-    pub ips: Vec<String>,
-}
-
-/// Parse a hostfile into the list of addresses of each rank. Accepts the MLX ring format
-/// (list of lists of `"ip:port"`) and the MLX launcher format (host entries with `ssh`/`ips`).
-pub fn parse_hostfile(text: &str) -> std::result::Result<Vec<Vec<String>>, String> {
-    let parsed: HostfileText = serde_json::from_str(text).map_err(|e| {
-        format!("not a hostfile ({e}); expected a JSON list of lists of \"ip:port\", or a list of {{\"ssh\": ..., \"ips\": [...]}}")
-    })?;
-    let ranks = match parsed {
-        HostfileText::Ring(r) => r,
-        HostfileText::Hosts(h) | HostfileText::Object { hosts: h } => {
-            h.into_iter().map(|e| if e.ips.is_empty() { vec![e.ssh] } else { e.ips }).collect()
-        }
-    };
-    if ranks.is_empty() {
-        return Err("the hostfile lists no ranks".into());
-    }
-    if let Some(i) = ranks.iter().position(|r| r.is_empty()) {
-        return Err(format!("rank {i} has no address in the hostfile"));
-    }
-    Ok(ranks)
 }
 
 #[cfg(test)]
@@ -480,10 +335,10 @@ mod tests {
 
     #[test]
     fn every_variable_is_documented_in_the_readme() {
-        let readme = include_str!("../../README.md");
-        for v in ENV_VARS {
+        let readme = include_str!("../../../README.md");
+        for v in VARS {
             let default = if v.default.is_empty() { "—" } else { v.default };
-            let row = format!("| `{}` | {} | {} |", v.name, default, v.help);
+            let row = format!("| `{}` | {} | {} |", v.name, default, v.doc());
             assert!(readme.contains(&row), "README's environment table lacks or differs on this row:\n{row}");
         }
     }
