@@ -382,6 +382,20 @@ fn whole(what: &str, len: usize, dtype: DType) -> Result<()> {
 }
 
 impl Bytes<'_> {
+    /// Fail unless `whole` (named `what`) is `size()` blocks of `block` (named `per`) bytes.
+    fn blocks(&self, what: &str, whole: usize, per: &str, block: usize, dtype: DType) -> Result<()> {
+        let (size, e) = (self.g.size(), dtype.size());
+        if whole != block * size {
+            return Err(Error::invalid(format!(
+                "{what} has {} elements but needs size × {per} = {size} × {} = {}",
+                whole / e,
+                block / e,
+                block * size / e
+            )));
+        }
+        Ok(())
+    }
+
     /// Reduce `output` across ranks with `op`; `input = None` means `output` holds the input
     /// (in place).
     pub fn all_reduce(&self, op: ReduceOp, dtype: DType, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
@@ -415,15 +429,7 @@ impl Bytes<'_> {
     /// `output` gets every rank's `input` in rank order.
     pub fn all_gather(&self, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
         whole("the input", input.len(), dtype)?;
-        let size = self.g.size();
-        if output.len() != input.len() * size {
-            return Err(Error::invalid(format!(
-                "all_gather output has {} elements but needs size × input = {size} × {} = {}",
-                output.len() / dtype.size(),
-                input.len() / dtype.size(),
-                input.len() * size / dtype.size()
-            )));
-        }
+        self.blocks("all_gather output", output.len(), "input", input.len(), dtype)?;
         let ring = self.g.algorithm(Collective::AllGather, output.len()) == Algo::Ring;
         self.g.run(Call::new(Collective::AllGather, dtype, ReduceOp::Sum, input.len()), |link, _| {
             if ring {
@@ -438,15 +444,7 @@ impl Bytes<'_> {
     /// reduced with `op` over all ranks.
     pub fn reduce_scatter(&self, op: ReduceOp, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
         whole("the output", output.len(), dtype)?;
-        let size = self.g.size();
-        if input.len() != output.len() * size {
-            return Err(Error::invalid(format!(
-                "reduce_scatter input has {} elements but needs size × output = {size} × {} = {}",
-                input.len() / dtype.size(),
-                output.len() / dtype.size(),
-                output.len() * size / dtype.size()
-            )));
-        }
+        self.blocks("reduce_scatter input", input.len(), "output", output.len(), dtype)?;
         let ring = self.g.algorithm(Collective::ReduceScatter, input.len()) == Algo::Ring;
         self.g.run(Call::new(Collective::ReduceScatter, dtype, op, output.len()), |link, scratch| {
             if ring {

@@ -2,25 +2,14 @@
 //! calls are rejected, errors poison the group, split forms independent sub-groups, and
 //! send/recv mismatches are errors on both sides.
 
+mod common;
+
 use boltccl::{Config, Error, ErrorKind, Group};
+use common::threads::on_threads as on_all;
 use std::time::Duration;
 
 fn world(n: usize) -> Vec<Group> {
     Group::local_world_with(n, &Config { timeout: Duration::from_secs(5), ..Config::default() })
-}
-
-/// Run `f(rank, group)` on every rank in its own thread and collect the results in rank order.
-fn on_all<T: Send + 'static>(groups: Vec<Group>, f: impl Fn(usize, &Group) -> T + Send + Sync + 'static) -> Vec<T> {
-    let f = std::sync::Arc::new(f);
-    let hs: Vec<_> = groups
-        .into_iter()
-        .enumerate()
-        .map(|(r, g)| {
-            let f = f.clone();
-            std::thread::spawn(move || f(r, &g))
-        })
-        .collect();
-    hs.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
 #[test]

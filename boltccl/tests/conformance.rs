@@ -7,7 +7,9 @@
 mod common;
 
 use boltccl::{Algo, Config, Group};
-use common::{is_worker, suite, RankOutput, Ranks};
+use common::harness::{is_worker, results, Ranks};
+use common::threads::on_threads;
+use common::workload::suite;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -19,9 +21,7 @@ fn run_in_process(n: usize, algo: Algo) -> Vec<u64> {
     // A small mesh threshold so `auto` uses both mesh and direct within the suite.
     let cfg =
         Config { algo, chunk_bytes: CHUNK, mesh_max_bytes: 256, timeout: Duration::from_secs(20), ..Config::default() };
-    let groups = Group::local_world_with(n, &cfg);
-    let handles: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g))).collect();
-    handles.into_iter().map(|h| h.join().expect("a rank panicked")).collect()
+    on_threads(Group::local_world_with(n, &cfg), |_, g| suite(g))
 }
 
 #[test]
@@ -54,19 +54,6 @@ fn tcp_worker() {
     println!("DIGEST {d:x}");
 }
 
-fn digests(outs: &[RankOutput]) -> Vec<String> {
-    outs.iter()
-        .map(|o| {
-            assert!(o.status.success(), "rank {} failed ({:?}):\n{}\n{}", o.rank, o.status, o.stdout, o.stderr);
-            o.stdout
-                .lines()
-                .find_map(|l| l.split_once("DIGEST ").map(|(_, d)| d.trim()))
-                .unwrap_or_else(|| panic!("rank {} printed no digest:\n{}", o.rank, o.stdout))
-                .to_string()
-        })
-        .collect()
-}
-
 #[test]
 fn tcp_processes_every_world_size_and_algorithm() {
     let mut per_world: HashMap<usize, String> = HashMap::new();
@@ -79,7 +66,7 @@ fn tcp_processes_every_world_size_and_algorithm() {
                 ("BOLTCCL_TIMEOUT_MS", "20000".to_string()),
             ];
             let outs = Ranks::spawn(n, "tcp_worker", &env).wait(Duration::from_secs(120));
-            let d = digests(&outs);
+            let d = results(&outs, "DIGEST ");
             assert!(d.iter().all(|x| x == &d[0]), "world {n} {algo:?}: ranks differ: {d:?}");
             if algo != Algo::Ring {
                 let first = per_world.entry(n).or_insert_with(|| d[0].clone());
@@ -95,7 +82,7 @@ fn tcp_processes_every_world_size_and_algorithm() {
             ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
             ("BOLTCCL_TCP_STREAMS", "3".to_string()),
         ];
-        let d = digests(&Ranks::spawn(4, "tcp_worker", &env).wait(Duration::from_secs(120)));
+        let d = results(&Ranks::spawn(4, "tcp_worker", &env).wait(Duration::from_secs(120)), "DIGEST ");
         assert!(d.iter().all(|x| x == &d[0]), "4 ranks, 3 streams, {algo:?}: ranks differ: {d:?}");
         if algo == Algo::Auto {
             assert_eq!(per_world[&4], d[0], "3 streams per peer changed the results");
@@ -117,34 +104,24 @@ fn ring_collectives_across_segments() {
     for p in [2, 3, 5] {
         let cfg =
             Config { algo: Algo::Ring, chunk_bytes: CHUNK, timeout: Duration::from_secs(20), ..Config::default() };
-        let handles: Vec<_> = Group::local_world_with(p, &cfg)
-            .into_iter()
-            .map(|g| {
-                std::thread::spawn(move || {
-                    let r = g.rank();
-                    let mine: Vec<f32> = (0..n).map(|i| (r * 10_000 + i) as f32).collect();
-                    let mut all = vec![-1.0f32; n * p];
-                    g.all_gather(&mine, &mut all).unwrap();
-                    for (i, v) in all.iter().enumerate() {
-                        assert_eq!(*v, ((i / n) * 10_000 + i % n) as f32, "all_gather p={p} element {i}");
-                    }
-                    let input: Vec<f32> = (0..n * p).map(|i| ((r + i) % 7) as f32).collect();
-                    let mut out = vec![-1.0f32; n];
-                    g.reduce_scatter(&input, &mut out).unwrap();
-                    for (i, v) in out.iter().enumerate() {
-                        let want: usize = (0..p).map(|q| (q + r * n + i) % 7).sum();
-                        assert_eq!(*v, want as f32, "reduce_scatter p={p} rank {r} element {i}");
-                    }
-                    let root = p - 1;
-                    let mut b: Vec<f32> =
-                        if r == root { (0..n).map(|i| (i % 1000) as f32).collect() } else { vec![0.0; n] };
-                    g.broadcast(&mut b, root).unwrap();
-                    assert!(b.iter().enumerate().all(|(i, v)| *v == (i % 1000) as f32), "broadcast p={p} rank {r}");
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().expect("a rank panicked");
-        }
+        on_threads(Group::local_world_with(p, &cfg), move |r, g| {
+            let mine: Vec<f32> = (0..n).map(|i| (r * 10_000 + i) as f32).collect();
+            let mut all = vec![-1.0f32; n * p];
+            g.all_gather(&mine, &mut all).unwrap();
+            for (i, v) in all.iter().enumerate() {
+                assert_eq!(*v, ((i / n) * 10_000 + i % n) as f32, "all_gather p={p} element {i}");
+            }
+            let input: Vec<f32> = (0..n * p).map(|i| ((r + i) % 7) as f32).collect();
+            let mut out = vec![-1.0f32; n];
+            g.reduce_scatter(&input, &mut out).unwrap();
+            for (i, v) in out.iter().enumerate() {
+                let want: usize = (0..p).map(|q| (q + r * n + i) % 7).sum();
+                assert_eq!(*v, want as f32, "reduce_scatter p={p} rank {r} element {i}");
+            }
+            let root = p - 1;
+            let mut b: Vec<f32> = if r == root { (0..n).map(|i| (i % 1000) as f32).collect() } else { vec![0.0; n] };
+            g.broadcast(&mut b, root).unwrap();
+            assert!(b.iter().enumerate().all(|(i, v)| *v == (i % 1000) as f32), "broadcast p={p} rank {r}");
+        });
     }
 }

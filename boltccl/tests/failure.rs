@@ -4,10 +4,9 @@
 
 mod common;
 
-use common::{free_port, is_worker, Ranks};
+use common::harness::{is_worker, Job, Ranks};
 use std::io::Write;
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn now_ms() -> u128 {
@@ -80,10 +79,6 @@ fn failure_worker() {
     }
 }
 
-fn field<'a>(out: &'a str, key: &str) -> Option<&'a str> {
-    out.lines().find_map(|l| l.split_once(key).map(|(_, v)| v.trim()))
-}
-
 fn dead_or_stalled_rank(scenario: &str, timeout_ms: u64) -> Vec<(usize, u128, String)> {
     let dir = tempfile::tempdir().unwrap();
     let stamp = dir.path().join("stamp");
@@ -103,12 +98,13 @@ fn dead_or_stalled_rank(scenario: &str, timeout_ms: u64) -> Vec<(usize, u128, St
     outs.into_iter()
         .filter(|o| o.rank != victim)
         .map(|o| {
-            let at: u128 = field(&o.stdout, "ERR_AT ")
+            let at: u128 = o
+                .field("ERR_AT ")
                 .unwrap_or_else(|| panic!("rank {} got no error:\n{}\n{}", o.rank, o.stdout, o.stderr))
                 .parse()
                 .unwrap();
-            let err = field(&o.stdout, "ERR ").unwrap().to_string();
-            let again = field(&o.stdout, "AGAIN ").unwrap().to_string();
+            let err = o.field("ERR ").unwrap().to_string();
+            let again = o.field("AGAIN ").unwrap().to_string();
             let again_ms: u128 = again.split(' ').next().unwrap().parse().unwrap();
             assert!(
                 again_ms < 100,
@@ -145,28 +141,14 @@ fn stopped_rank_fails_the_others_at_the_deadline() {
 
 #[test]
 fn wrong_job_key_is_rejected() {
-    let port = free_port();
-    let exe = std::env::current_exe().unwrap();
-    let spawn = |rank: usize, key: &str| {
-        Command::new(&exe)
-            .args(["--exact", "failure_worker", "--nocapture", "--test-threads=1"])
-            .env("BOLTCCL_TEST_ROLE", "worker")
-            .env("SCENARIO", "plain")
-            .env("BOLTCCL_RANK", rank.to_string())
-            .env("BOLTCCL_WORLD_SIZE", "2")
-            .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
-            .env("BOLTCCL_JOB_KEY", key)
-            .env("BOLTCCL_INIT_TIMEOUT_MS", "3000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let r0 = spawn(0, "right-key");
-    let r1 = spawn(1, "wrong-key");
-    let (o0, o1) = (r0.wait_with_output().unwrap(), r1.wait_with_output().unwrap());
-    let (out0, err0, out1) =
-        (String::from_utf8_lossy(&o0.stdout), String::from_utf8_lossy(&o0.stderr), String::from_utf8_lossy(&o1.stdout));
+    let outs = Job::new(2, "failure_worker")
+        .env("SCENARIO", "plain")
+        .env("BOLTCCL_INIT_TIMEOUT_MS", "3000")
+        .rank_env(0, "BOLTCCL_JOB_KEY", "right-key")
+        .rank_env(1, "BOLTCCL_JOB_KEY", "wrong-key")
+        .spawn()
+        .wait(Duration::from_secs(30));
+    let (out0, err0, out1) = (&outs[0].stdout, &outs[0].stderr, &outs[1].stdout);
     assert!(out1.contains("INIT_ERR") && out1.contains("authentication failed"), "rank 1:\n{out1}");
     assert!(out1.contains("job key"), "rank 1's message should say what to fix:\n{out1}");
     assert!(out0.contains("INIT_ERR"), "rank 0 must fail, not form a group:\n{out0}");
@@ -183,7 +165,8 @@ fn mismatched_counts_fail_on_every_rank() {
         }
         let outs = Ranks::spawn(4, "failure_worker", &env).wait(Duration::from_secs(60));
         for o in &outs {
-            let err = field(&o.stdout, "ERR ")
+            let err = o
+                .field("ERR ")
                 .unwrap_or_else(|| panic!("{label}: rank {} got no error:\n{}{}", o.rank, o.stdout, o.stderr));
             let ms: u128 = err.split(' ').next().unwrap().parse().unwrap();
             assert!(ms < 5_000, "{label}: rank {} took {ms} ms (deadline is 30 s: it must not wait for it)", o.rank);
@@ -198,24 +181,13 @@ fn mismatched_counts_fail_on_every_rank() {
 
 #[test]
 fn garbage_on_the_coordinator_port_is_rejected_and_the_group_still_forms() {
-    let port = free_port();
-    let exe = std::env::current_exe().unwrap();
-    let spawn = |rank: usize| {
-        Command::new(&exe)
-            .args(["--exact", "failure_worker", "--nocapture", "--test-threads=1"])
-            .env("BOLTCCL_TEST_ROLE", "worker")
-            .env("SCENARIO", "plain")
-            .env("BOLTCCL_RANK", rank.to_string())
-            .env("BOLTCCL_WORLD_SIZE", "3")
-            .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
-            .env("BOLTCCL_JOB_KEY", "k")
-            .env("BOLTCCL_INIT_TIMEOUT_MS", "20000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
-    let r0 = spawn(0);
+    let port = common::harness::free_port();
+    let job = Job::new(3, "failure_worker")
+        .coordinator(format!("127.0.0.1:{port}"))
+        .env("SCENARIO", "plain")
+        .env("BOLTCCL_JOB_KEY", "k")
+        .env("BOLTCCL_INIT_TIMEOUT_MS", "20000");
+    let r0 = job.start([0]);
     let deadline = Instant::now() + Duration::from_secs(10);
     let connect = || loop {
         match TcpStream::connect(("127.0.0.1", port)) {
@@ -232,18 +204,13 @@ fn garbage_on_the_coordinator_port_is_rejected_and_the_group_still_forms() {
     v.extend_from_slice(&999u16.to_le_bytes());
     v.extend_from_slice(&[0u8; 16]);
     connect().write_all(&v).unwrap();
-    let others: Vec<_> = (1..3).map(spawn).collect();
-    let mut outs = vec![r0.wait_with_output().unwrap()];
-    outs.extend(others.into_iter().map(|c| c.wait_with_output().unwrap()));
+    let others = job.start(1..3);
+    let mut outs = r0.wait(Duration::from_secs(60));
+    outs.extend(others.wait(Duration::from_secs(60)));
     drop(silent);
     for (r, o) in outs.iter().enumerate() {
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            out.contains("SUM 3"),
-            "rank {r} did not finish its all_sum:\n{out}\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.stdout.contains("SUM 3"), "rank {r} did not finish its all_sum:\n{}\n{}", o.stdout, o.stderr);
     }
-    let log0 = String::from_utf8_lossy(&outs[0].stderr);
+    let log0 = &outs[0].stderr;
     assert!(log0.matches("rejected a connection").count() >= 3, "rank 0 should log each rejection:\n{log0}");
 }

@@ -7,7 +7,7 @@
 //! reduce_scatter, 1 for broadcast and send/recv). The same protocol as the peers' scripts in
 //! `shared/bench/peers`, so the figures compare directly.
 
-use boltccl::Group;
+use boltccl::{Collective, Group};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -37,6 +37,16 @@ impl Op {
             Op::ReduceScatter => "reduce_scatter",
             Op::Broadcast => "broadcast",
             Op::Sendrecv => "sendrecv",
+        }
+    }
+
+    fn collective(self) -> Collective {
+        match self {
+            Op::AllSum => Collective::AllReduce,
+            Op::AllGather => Collective::AllGather,
+            Op::ReduceScatter => Collective::ReduceScatter,
+            Op::Broadcast => Collective::Broadcast,
+            Op::Sendrecv => Collective::SendRecv,
         }
     }
 
@@ -80,6 +90,12 @@ pub struct BenchArgs {
     /// Timed seconds per size (10 to 10000 iterations).
     #[arg(long, default_value_t = 0.5)]
     pub budget_s: f64,
+    /// Timed iterations per size, instead of a time budget (slow links, long runs).
+    #[arg(long)]
+    pub iters: Option<usize>,
+    /// Warm-up iterations per size (default: 50 up to 64 KiB, 10 up to 1 MiB, 3 above).
+    #[arg(long)]
+    pub warmup: Option<usize>,
     /// Skip the correctness check.
     #[arg(long)]
     pub no_check: bool,
@@ -215,15 +231,15 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
     let cfg = g.config();
     if rank == 0 {
         println!(
-            "# boltccl bench: {n} ranks, float32, algo {}, chunk {}, budget {} s per size, busy-poll {}",
+            "# boltccl bench: {n} ranks, float32, BOLTCCL_ALGO {}, chunk {}, budget {} s per size, busy-poll {}",
             cfg.algo.name(),
             human(cfg.chunk_bytes),
             args.budget_s,
             cfg.spin.map(|d| format!("{} us", d.as_micros())).unwrap_or_else(|| "auto".into())
         );
         println!(
-            "# {:>10}  {:<15} {:>12} {:>12} {:>12} {:>7}  check",
-            "size", "op", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "iters"
+            "# {:>10}  {:<15} {:<7} {:>12} {:>12} {:>12} {:>7}  check",
+            "size", "op", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "iters"
         );
     }
     let mut records = Vec::new();
@@ -252,18 +268,23 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
                     }
                 }
             };
-            let warm = match size {
+            let warm = args.warmup.unwrap_or(match size {
                 s if s <= 64 << 10 => 50,
                 s if s <= 1 << 20 => 10,
                 _ => 3,
-            };
+            });
             let t = Instant::now();
             for _ in 0..warm {
                 one(&mut a, &mut b).map_err(|e| e.to_string())?;
             }
-            let mut est = [if rank == 0 { t.elapsed().as_secs_f64() / warm as f64 } else { 0.0 }];
-            g.all_max(&mut est).map_err(|e| e.to_string())?;
-            let iters = ((args.budget_s / est[0].max(1e-9)) as usize).clamp(10, 10_000);
+            let iters = match args.iters {
+                Some(n) => n.max(1),
+                None => {
+                    let mut est = [if rank == 0 { t.elapsed().as_secs_f64() / warm.max(1) as f64 } else { 0.0 }];
+                    g.all_max(&mut est).map_err(|e| e.to_string())?;
+                    ((args.budget_s / est[0].max(1e-9)) as usize).clamp(10, 10_000)
+                }
+            };
             let mut lat = Vec::with_capacity(iters);
             for _ in 0..iters {
                 let t = Instant::now();
@@ -298,15 +319,16 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
                 busbw_gbps: algbw * op.bus_factor(n),
                 correct,
                 round: args.round,
-                algo: cfg.algo.name().into(),
+                algo: g.algorithm(op.collective(), bytes).name().into(),
                 peak_rss_mib: peak_rss_mib(),
                 user_buffers_mib: user_mib,
             };
             if rank == 0 {
                 println!(
-                    "  {:>10}  {:<15} {:>12.1} {:>12.4} {:>12.4} {:>7}  {}",
+                    "  {:>10}  {:<15} {:<7} {:>12.1} {:>12.4} {:>12.4} {:>7}  {}",
                     human(bytes),
                     op.name(),
+                    rec.algo,
                     rec.median_us,
                     rec.algbw_gbps,
                     rec.busbw_gbps,

@@ -1,7 +1,7 @@
 //! A group's links: per peer, the channel that serves it, and the control plane, driven by
 //! the progress engine.
 
-use super::progress::{self, Channel, Control, WaitPolicy};
+use super::progress::{Channel, Control, Engine, WaitPolicy};
 use super::tcp::TcpChannel;
 use super::{control::StarControl, Limits, OnRecv, RecvOp, SendOp, Transport};
 use crate::algo::select::Cabling;
@@ -12,11 +12,7 @@ use crate::error::{Error, Result};
 pub(crate) struct Mesh {
     rank: usize,
     size: usize,
-    channels: Vec<Box<dyn Channel>>,
-    /// `route[peer]`: the index in `channels` of the channel that serves `peer`.
-    route: Vec<usize>,
-    control: Box<dyn Control>,
-    wait: WaitPolicy,
+    engine: Engine,
     cabling: Cabling,
     aborted: bool,
 }
@@ -30,16 +26,8 @@ impl Mesh {
         control: Box<dyn Control>,
         wait: WaitPolicy,
     ) -> Mesh {
-        Mesh {
-            rank,
-            size,
-            channels: vec![channel],
-            route: vec![0; size],
-            control,
-            wait,
-            cabling: Cabling::uniform(size),
-            aborted: false,
-        }
+        let engine = Engine { channels: vec![channel], route: vec![0; size], control, wait };
+        Mesh { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
     }
 
     /// Form the group over TCP (the bootstrap: coordinator, authentication, agreed settings)
@@ -59,10 +47,10 @@ impl Mesh {
 
     /// Serve `peers` with `channel` from now on, and choose algorithms from `cabling`.
     pub(crate) fn attach(&mut self, channel: Box<dyn Channel>, peers: &[usize], cabling: Cabling) {
-        let c = self.channels.len();
-        self.channels.push(channel);
+        let c = self.engine.channels.len();
+        self.engine.channels.push(channel);
         for &p in peers {
-            self.route[p] = c;
+            self.engine.route[p] = c;
         }
         self.cabling = cabling;
     }
@@ -87,8 +75,7 @@ impl Transport for Mesh {
         if self.aborted {
             return Err(Error::Internal("exchange on an aborted transport".into()));
         }
-        let Mesh { channels, route, control, wait, .. } = self;
-        progress::run(channels, route, control.as_mut(), *wait, sends, recvs, on_recv, limits)
+        self.engine.run(sends, recvs, on_recv, limits)
     }
 
     fn abort(&mut self, cause: &Error) {
@@ -96,8 +83,8 @@ impl Transport for Mesh {
             return;
         }
         self.aborted = true;
-        self.control.abort(cause);
-        for c in self.channels.iter_mut() {
+        self.engine.control.abort(cause);
+        for c in self.engine.channels.iter_mut() {
             c.close();
         }
     }

@@ -123,106 +123,112 @@ impl WaitPolicy {
     }
 }
 
-/// Run `sends` and `recvs` to completion over `channels`, `route(peer)` naming the channel
-/// that serves each peer. Returns the first error: a dead peer, an abort, a mismatched
-/// header, a timeout (each explained by the control plane when it knows better), an interrupt.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run(
-    channels: &mut [Box<dyn Channel>],
-    route: &[usize],
-    control: &mut dyn Control,
-    wait: WaitPolicy,
-    sends: &[SendOp<'_>],
-    recvs: &mut [RecvOp<'_>],
-    on_recv: &mut OnRecv<'_>,
-    limits: &Limits,
-) -> Result<()> {
-    for (c, ch) in channels.iter_mut().enumerate() {
-        ch.begin(sends, recvs, &|peer| route[peer] == c)?;
-    }
-    let r = drive(channels, control, wait, sends, recvs, on_recv, limits);
-    if r.is_err() {
-        // The caller may free its buffers once we return.
-        for ch in channels.iter_mut() {
-            ch.quiesce();
-        }
-    }
-    match r {
-        Err(e @ (Error::PeerLost { .. } | Error::Timeout { .. })) => Err(control.explain(e)),
-        other => other,
-    }
+/// The links of a group and the loop that drives them.
+pub(crate) struct Engine {
+    pub channels: Vec<Box<dyn Channel>>,
+    /// `route[peer]`: the index in `channels` of the channel that serves `peer`.
+    pub route: Vec<usize>,
+    pub control: Box<dyn Control>,
+    pub wait: WaitPolicy,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn drive(
-    channels: &mut [Box<dyn Channel>],
-    control: &mut dyn Control,
-    wait: WaitPolicy,
-    sends: &[SendOp<'_>],
-    recvs: &mut [RecvOp<'_>],
-    on_recv: &mut OnRecv<'_>,
-    limits: &Limits,
-) -> Result<()> {
-    let start = Instant::now();
-    let mut last_progress = start;
-    let (mut next_control, mut next_interrupt) = (start + CONTROL_CHECK, start + INTERRUPT_EVERY);
-    loop {
-        let mut moved = false;
-        for ch in channels.iter_mut() {
-            moved |= ch.pump(sends, recvs, on_recv)?;
+impl Engine {
+    /// Run `sends` and `recvs` to completion, each over the channel that serves its peer.
+    /// Returns the first error: a dead peer, an abort, a mismatched header, a timeout (each
+    /// explained by the control plane when it knows better), an interrupt.
+    pub fn run(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        limits: &Limits,
+    ) -> Result<()> {
+        for (c, ch) in self.channels.iter_mut().enumerate() {
+            let route = &self.route;
+            ch.begin(sends, recvs, &|peer| route[peer] == c)?;
         }
-        let waiting_on = channels.iter().find_map(|c| c.waiting_on());
-        let Some(blocked) = waiting_on else { return Ok(()) };
-        let now = Instant::now();
-        if now >= next_control {
-            next_control = now + CONTROL_CHECK;
-            if let Some(e) = control.check() {
-                return Err(e);
+        let r = self.drive(sends, recvs, on_recv, limits);
+        if r.is_err() {
+            // The caller may free its buffers once we return.
+            for ch in self.channels.iter_mut() {
+                ch.quiesce();
             }
         }
-        if now >= next_interrupt {
-            next_interrupt = now + INTERRUPT_EVERY;
-            limits.interrupted()?;
+        match r {
+            Err(e @ (Error::PeerLost { .. } | Error::Timeout { .. })) => Err(self.control.explain(e)),
+            other => other,
         }
-        if moved {
-            last_progress = now;
-            continue;
-        }
-        match wait.step(now.duration_since(last_progress)) {
-            WaitStep::Spin => {
-                std::hint::spin_loop();
+    }
+
+    fn drive(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        limits: &Limits,
+    ) -> Result<()> {
+        let Engine { channels, control, wait, .. } = self;
+        let start = Instant::now();
+        let mut last_progress = start;
+        let (mut next_control, mut next_interrupt) = (start + CONTROL_CHECK, start + INTERRUPT_EVERY);
+        loop {
+            let mut moved = false;
+            for ch in channels.iter_mut() {
+                moved |= ch.pump(sends, recvs, on_recv)?;
+            }
+            let waiting_on = channels.iter().find_map(|c| c.waiting_on());
+            let Some(blocked) = waiting_on else { return Ok(()) };
+            let now = Instant::now();
+            if now >= next_control {
+                next_control = now + CONTROL_CHECK;
+                if let Some(e) = control.check() {
+                    return Err(e);
+                }
+            }
+            if now >= next_interrupt {
+                next_interrupt = now + INTERRUPT_EVERY;
+                limits.interrupted()?;
+            }
+            if moved {
+                last_progress = now;
                 continue;
             }
-            WaitStep::Yield => {
-                std::thread::yield_now();
-                continue;
+            match wait.step(now.duration_since(last_progress)) {
+                WaitStep::Spin => {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                WaitStep::Yield => {
+                    std::thread::yield_now();
+                    continue;
+                }
+                WaitStep::Block => {}
             }
-            WaitStep::Block => {}
-        }
-        let deadline = last_progress + limits.timeout;
-        if now >= deadline {
-            return Err(Error::Timeout { op: limits.op.into(), rank: blocked, after: limits.timeout });
-        }
-        let mut wake = deadline.min(now + MAX_SLEEP).min(next_control.max(now + CONTROL_CHECK));
-        if limits.interrupt.is_some() {
-            wake = wake.min(next_interrupt.max(now + INTERRUPT_EVERY));
-        }
-        let mut fds: Vec<PollFd<'_>> = Vec::new();
-        let mut pollable = true;
-        for ch in channels.iter().filter(|c| c.waiting_on().is_some()) {
-            pollable &= ch.wake_on(&mut fds);
-        }
-        if pollable {
-            control.wake_on(&mut fds);
-            sleep(&mut fds, wake.saturating_duration_since(now))?;
-            drop(fds);
-            // What woke us may be news, not data: read it at once.
-            if let Some(e) = control.check() {
-                return Err(e);
+            let deadline = last_progress + limits.timeout;
+            if now >= deadline {
+                return Err(Error::Timeout { op: limits.op.into(), rank: blocked, after: limits.timeout });
             }
-            next_control = Instant::now() + CONTROL_CHECK;
-        } else {
-            std::thread::sleep(NAP);
+            let mut wake = deadline.min(now + MAX_SLEEP).min(next_control.max(now + CONTROL_CHECK));
+            if limits.interrupt.is_some() {
+                wake = wake.min(next_interrupt.max(now + INTERRUPT_EVERY));
+            }
+            let mut fds: Vec<PollFd<'_>> = Vec::new();
+            let mut pollable = true;
+            for ch in channels.iter().filter(|c| c.waiting_on().is_some()) {
+                pollable &= ch.wake_on(&mut fds);
+            }
+            if pollable {
+                control.wake_on(&mut fds);
+                sleep(&mut fds, wake.saturating_duration_since(now))?;
+                drop(fds);
+                // What woke us may be news, not data: read it at once.
+                if let Some(e) = control.check() {
+                    return Err(e);
+                }
+                next_control = Instant::now() + CONTROL_CHECK;
+            } else {
+                std::thread::sleep(NAP);
+            }
         }
     }
 }

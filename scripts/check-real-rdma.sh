@@ -9,7 +9,7 @@
 #
 # Usage, on every machine at about the same time (rank 0's address must be reachable over
 # TCP from the others; the device matrix is the MLX format, `boltccl doctor --hosts` writes one):
-#   scripts/check_real_rdma.sh RANK WORLD_SIZE RANK0_IP:PORT devices.json
+#   scripts/check-real-rdma.sh RANK WORLD_SIZE RANK0_IP:PORT devices.json
 # Prints PASS or FAIL per step; exits non-zero on any failure.
 set -uo pipefail
 [ $# -eq 4 ] || { sed -n '2,15p' "$0"; exit 2; }
@@ -25,12 +25,12 @@ fi
 step env VERBS_ABI_REQUIRE=1 cargo test --release -p verbs-abi --test layout -- --nocapture
 
 STEP="boltccl doctor"
-step cargo run --release --bin boltccl -- doctor
+step cargo run --release -p boltccl-cli -- doctor
 
 STEP="build the conformance worker"
-step cargo test --release --test verbs --no-run
-exe=$(cargo test --release --test verbs --no-run --message-format=json 2>/dev/null |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep "/deps/verbs-" | tail -1)
+step cargo test --release -p boltccl --test verbs_conformance --no-run
+exe=$(cargo test --release -p boltccl --test verbs_conformance --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | grep "/deps/verbs_conformance-" | tail -1)
 
 for algo in auto mesh direct ring; do
     STEP="conformance over real RDMA, $WORLD ranks, algorithm $algo (this is rank $RANK)"

@@ -11,7 +11,7 @@
 # data on the cables with the ring algorithms) against forcing direct (which must use the
 # Ethernet pairs too).
 #
-# Needs root, iproute2 and tc. Usage: scripts/bench_netns.sh [rate, default 100mbit] [bytes, default 64 MiB]
+# Needs root, iproute2 and tc. Usage: scripts/bench.sh netns [rate, default 100mbit] [bytes, default 64 MiB]
 # Environment: BENCH_ITERS (timed calls, default 3), BENCH_RANKS (default 4), BENCH_WRAP (a command
 # prefix for each rank, e.g. "taskset -c 0"), BENCH_TOPOLOGY (mesh or ring), BENCH_ETH_RATE.
 # Only addresses inside the namespaces this script creates are used (10.252.x.y).
@@ -25,10 +25,10 @@ TOPOLOGY="${BENCH_TOPOLOGY:-mesh}"
 ETH_RATE="${BENCH_ETH_RATE:-25mbit}"
 TAG="bb$$"
 RPS_MASK=$(printf '%x' $(( (1 << $(nproc)) - 1 )))
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
-cargo build -j1 --release --example allsum_size -p boltccl -p softverbs >&2
-EXE="$PWD/target/release/examples/allsum_size"
+cargo build -j1 --release -p boltccl-cli -p softverbs >&2
+EXE="$PWD/target/release/boltccl"
 LIB="$PWD/target/release/deps/libsoftverbs.so"
 [ -e "$LIB" ] || { echo "libsoftverbs.so not built" >&2; exit 1; }
 
@@ -106,16 +106,17 @@ done
     echo "]"
 } >"$MATRIX"
 
-run() { # algo port
-    local pids=() out rc=0
+run() { # algo port: prints "BENCH algo=<setting> ran=<algorithm> time_ms=... busbw_MBps=..."
+    local pids=() out rc=0 json
     out=$(mktemp)
+    json=$(mktemp)
     for k in $(seq 0 $((N - 1))); do
         ip netns exec "${TAG}_$k" env \
             BOLTCCL_RANK="$k" BOLTCCL_WORLD_SIZE=$N BOLTCCL_COORDINATOR="$(identity 0):$2" \
             BOLTCCL_JOB_KEY=bench BOLTCCL_BACKEND=verbs BOLTCCL_IBV_LIBRARY="$LIB" \
             BOLTCCL_IBV_DEVICES="$MATRIX" BOLTCCL_ALGO="$1" BOLTCCL_CHUNK_BYTES=262144 \
-            BOLTCCL_TIMEOUT_MS=60000 SOFTVERBS_QUIET=1 BENCH_BYTES="$BYTES" BENCH_ITERS="$ITERS" \
-            ${BENCH_WRAP:-} timeout 600 "$EXE" >>"$out" 2>&1 &
+            BOLTCCL_TIMEOUT_MS=60000 SOFTVERBS_QUIET=1 ${BENCH_WRAP:-} timeout 600 \
+            "$EXE" bench --ops all-sum --sizes "$BYTES" --iters "$ITERS" --warmup 1 --json "$json" >>"$out" 2>&1 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || rc=$?; done
@@ -126,8 +127,13 @@ run() { # algo port
         for ns in "${NS[@]}"; do ip netns exec "$ns" grep '^Udp:' /proc/net/snmp | tail -1 >&2; done
         return 1
     fi
-    grep '^BENCH' "$out"
-    rm -f "$out"
+    python3 - "$json" "$1" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+print(f"BENCH ranks={r['n']} algo={sys.argv[2]} ran={r['algo']} bytes={r['bytes']} "
+      f"time_ms={r['median_us'] / 1e3:.1f} busbw_MBps={r['busbw_gbps'] * 1e3:.1f}")
+PY
+    rm -f "$out" "$json"
 }
 
 bw() { sed -n 's/.*busbw_MBps=\([0-9.]*\).*/\1/p' <<<"$1"; }

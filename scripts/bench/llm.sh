@@ -3,9 +3,9 @@
 # TP = 1, 2, 3 (separate processes over TCP through `boltccl launch`), side by side with
 # llama.cpp (llama-cpp-python) on the same GGUF file when LLAMA_PY points to a Python that
 # has it. Prints one table of medians over ROUNDS runs (each column's median on its own).
-#   bash scripts/bench-llm.sh                 # TOKENS (128), PROMPT, ROUNDS (5), LLAMA_PY
+#   scripts/bench.sh llm                      # TOKENS (128), PROMPT, ROUNDS (5), LLAMA_PY
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 TOKENS="${TOKENS:-128}"
 PROMPT="${PROMPT:-Explain in a few sentences why the sky is blue.}"

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Every benchmark, one entry point. Figures go to stdout (and target/ where noted).
+#   scripts/bench.sh peers      float32 all_sum beside MLX's ring, Open MPI (TCP and shared
+#                               memory) and Gloo, one side-by-side table (installs the peers)
+#   scripts/bench.sh bindings   Python vs Rust all_sum at 2 ranks (after scripts/test-bindings.sh)
+#   scripts/bench.sh llm        the inference example's decode speed beside llama.cpp
+#   scripts/bench.sh netns      direct vs ring over rate-capped links in network namespaces
+#                               (root; RDMA over softverbs)
+# Each one's knobs are described at the top of scripts/bench/<name>.sh.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+what="${1:-}"
+case "$what" in
+    peers | bindings | llm | netns)
+        shift
+        exec bash "$here/bench/$what.sh" "$@"
+        ;;
+    *)
+        sed -n '2,9p' "$0" >&2
+        exit 2
+        ;;
+esac
