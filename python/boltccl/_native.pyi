@@ -1,6 +1,6 @@
 """Type stubs for the compiled module ``boltccl._native`` (re-exported by ``boltccl``)."""
 
-from typing import Any, List, Optional, TypeVar, Union
+from typing import Any, List, Optional, Tuple, TypeVar, Union
 
 __version__: str
 DTYPES: List[str]
@@ -46,3 +46,17 @@ def init(
     init_timeout: Optional[float] = None,
 ) -> Group:
     """Form a group from the environment, overridden by the keyword arguments."""
+def launch(
+    command: List[str],
+    *,
+    n: Optional[int] = None,
+    hostfile: Optional[str] = None,
+    port: Optional[int] = None,
+    env: List[Tuple[str, str]] = ...,
+    pin: bool = True,
+    timeout: Optional[float] = None,
+    capture: bool = False,
+) -> Tuple[int, List[str]]:
+    """Run a job with the launcher of `boltccl launch` (see `boltccl.launch`): `n` local ranks,
+    or one per hostfile entry over ssh. Returns the exit status and, with `capture`, each
+    rank's output."""
