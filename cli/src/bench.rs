@@ -217,135 +217,168 @@ pub fn run(args: &BenchArgs) -> i32 {
     }
 }
 
+/// The two float32 buffers every measurement uses, sized for the largest one, allocated once.
+struct Buffers {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    /// User buffer memory touched so far (pages never written are not resident).
+    touched: usize,
+}
+
+/// Elements a row of `size` bytes moves: whole float32 elements, divisible among `n` ranks
+/// where the operation needs it.
+fn elements(op: Op, size: usize, n: usize) -> usize {
+    let unit = if matches!(op, Op::AllGather | Op::ReduceScatter) { 4 * n } else { 4 };
+    (size.div_ceil(unit) * unit / 4).max(if unit == 4 { 1 } else { n })
+}
+
+/// One call of `op` on `count` elements (for all_gather and reduce_scatter, `count` is the
+/// larger buffer).
+fn call(g: &Group, op: Op, count: usize, a: &mut [f32], b: &mut [f32]) -> boltccl::Result<()> {
+    let (rank, n) = (g.rank(), g.size());
+    match op {
+        Op::AllSum => g.all_sum(&mut a[..count]),
+        Op::AllGather => g.all_gather(&a[..count / n], &mut b[..count]),
+        Op::ReduceScatter => g.reduce_scatter(&a[..count], &mut b[..count / n]),
+        Op::Broadcast => g.broadcast(&mut a[..count], 0),
+        Op::Sendrecv if n == 1 => Ok(()),
+        Op::Sendrecv => {
+            let (to, from) = ((rank + 1) % n, (rank + n - 1) % n);
+            if rank % 2 == 0 {
+                g.send(&a[..count], to)?;
+                g.recv(&mut b[..count], from)
+            } else {
+                g.recv(&mut b[..count], from)?;
+                g.send(&a[..count], to)
+            }
+        }
+    }
+}
+
+/// Warm up, agree on an iteration count (rank 0's estimate, or `--iters`), time every call:
+/// (iterations, the slowest rank's median in microseconds).
+fn time(g: &Group, args: &BenchArgs, op: Op, count: usize, bufs: &mut Buffers) -> boltccl::Result<(usize, f64)> {
+    let size = count * 4;
+    let warm = args.warmup.unwrap_or(match size {
+        s if s <= 64 << 10 => 50,
+        s if s <= 1 << 20 => 10,
+        _ => 3,
+    });
+    let t = Instant::now();
+    for _ in 0..warm {
+        call(g, op, count, &mut bufs.a, &mut bufs.b)?;
+    }
+    let iters = match args.iters {
+        Some(n) => n.max(1),
+        None => {
+            let mut est = [if g.rank() == 0 { t.elapsed().as_secs_f64() / warm.max(1) as f64 } else { 0.0 }];
+            g.all_max(&mut est)?;
+            ((args.budget_s / est[0].max(1e-9)) as usize).clamp(10, 10_000)
+        }
+    };
+    let mut lat = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        call(g, op, count, &mut bufs.a, &mut bufs.b)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    lat.sort_by(f64::total_cmp);
+    let mut med = [lat[iters / 2]];
+    g.all_max(&mut med)?;
+    Ok((iters, med[0]))
+}
+
+fn print_header(g: &Group, args: &BenchArgs) {
+    let cfg = g.config();
+    println!(
+        "# boltccl bench: {} ranks, float32, BOLTCCL_ALGO {}, chunk {}, budget {} s per size, busy-poll {}",
+        g.size(),
+        cfg.algo.name(),
+        human(cfg.chunk_bytes),
+        args.budget_s,
+        cfg.spin.map(|d| format!("{} us", d.as_micros())).unwrap_or_else(|| "auto".into())
+    );
+    println!(
+        "# {:>10}  {:<15} {:<7} {:>12} {:>12} {:>12} {:>7}  check",
+        "size", "op", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "iters"
+    );
+}
+
+fn print_row(rec: &Record) {
+    println!(
+        "  {:>10}  {:<15} {:<7} {:>12.1} {:>12.4} {:>12.4} {:>7}  {}",
+        human(rec.bytes),
+        rec.op,
+        rec.algo,
+        rec.median_us,
+        rec.algbw_gbps,
+        rec.busbw_gbps,
+        rec.iters,
+        match rec.correct {
+            Some(true) => "ok",
+            Some(false) => "WRONG",
+            None => "-",
+        }
+    );
+}
+
+fn append_json(path: &std::path::Path, rec: &Record) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    writeln!(f, "{}", serde_json::to_string(rec).expect("serialisable")).map_err(|e| e.to_string())
+}
+
 fn bench(args: &BenchArgs) -> Result<bool, String> {
     let sizes = sizes(args)?;
     let g = boltccl::init().map_err(|e| e.to_string())?;
     let (rank, n) = (g.rank(), g.size());
     let largest = *sizes.iter().max().unwrap_or(&4);
-    // Two buffers of the largest size (input and output), allocated once.
     let elems = largest.div_ceil(4 * n) * n;
-    let mut a = vec![0f32; elems];
-    let mut b = vec![0f32; elems];
-    // User buffer memory actually touched so far (pages never written are not resident).
-    let mut touched = 0usize;
-    let cfg = g.config();
+    let mut bufs = Buffers { a: vec![0f32; elems], b: vec![0f32; elems], touched: 0 };
     if rank == 0 {
-        println!(
-            "# boltccl bench: {n} ranks, float32, BOLTCCL_ALGO {}, chunk {}, budget {} s per size, busy-poll {}",
-            cfg.algo.name(),
-            human(cfg.chunk_bytes),
-            args.budget_s,
-            cfg.spin.map(|d| format!("{} us", d.as_micros())).unwrap_or_else(|| "auto".into())
-        );
-        println!(
-            "# {:>10}  {:<15} {:<7} {:>12} {:>12} {:>12} {:>7}  check",
-            "size", "op", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "iters"
-        );
+        print_header(&g, args);
     }
     let mut records = Vec::new();
     let mut all_ok = true;
     for &op in &args.ops {
         for &size in &sizes {
-            // Every op moves whole float32 elements, divisible among ranks where it must be.
-            let unit = if matches!(op, Op::AllGather | Op::ReduceScatter) { 4 * n } else { 4 };
-            let count = (size.div_ceil(unit) * unit / 4).max(if unit == 4 { 1 } else { n });
-            let one = |a: &mut [f32], b: &mut [f32]| -> boltccl::Result<()> {
-                match op {
-                    Op::AllSum => g.all_sum(&mut a[..count]),
-                    Op::AllGather => g.all_gather(&a[..count / n], &mut b[..count]),
-                    Op::ReduceScatter => g.reduce_scatter(&a[..count], &mut b[..count / n]),
-                    Op::Broadcast => g.broadcast(&mut a[..count], 0),
-                    Op::Sendrecv if n == 1 => Ok(()),
-                    Op::Sendrecv => {
-                        let (to, from) = ((rank + 1) % n, (rank + n - 1) % n);
-                        if rank % 2 == 0 {
-                            g.send(&a[..count], to)?;
-                            g.recv(&mut b[..count], from)
-                        } else {
-                            g.recv(&mut b[..count], from)?;
-                            g.send(&a[..count], to)
-                        }
-                    }
-                }
-            };
-            let warm = args.warmup.unwrap_or(match size {
-                s if s <= 64 << 10 => 50,
-                s if s <= 1 << 20 => 10,
-                _ => 3,
-            });
-            let t = Instant::now();
-            for _ in 0..warm {
-                one(&mut a, &mut b).map_err(|e| e.to_string())?;
-            }
-            let iters = match args.iters {
-                Some(n) => n.max(1),
-                None => {
-                    let mut est = [if rank == 0 { t.elapsed().as_secs_f64() / warm.max(1) as f64 } else { 0.0 }];
-                    g.all_max(&mut est).map_err(|e| e.to_string())?;
-                    ((args.budget_s / est[0].max(1e-9)) as usize).clamp(10, 10_000)
-                }
-            };
-            let mut lat = Vec::with_capacity(iters);
-            for _ in 0..iters {
-                let t = Instant::now();
-                one(&mut a, &mut b).map_err(|e| e.to_string())?;
-                lat.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            lat.sort_by(f64::total_cmp);
-            let mut med = [lat[iters / 2]];
-            g.all_max(&mut med).map_err(|e| e.to_string())?;
+            let count = elements(op, size, n);
+            let (iters, median_us) = time(&g, args, op, count, &mut bufs).map_err(|e| e.to_string())?;
             let correct = if args.no_check {
                 None
             } else {
-                Some(check(&g, op, count, &mut a, &mut b).map_err(|e| e.to_string())?)
+                Some(check(&g, op, count, &mut bufs.a, &mut bufs.b).map_err(|e| e.to_string())?)
             };
             all_ok &= correct != Some(false);
             let bytes = count * 4;
-            touched = touched.max(match op {
+            bufs.touched = bufs.touched.max(match op {
                 Op::AllSum | Op::Broadcast => bytes,
                 Op::AllGather | Op::ReduceScatter => bytes + bytes / n,
                 Op::Sendrecv => 2 * bytes,
             });
-            let user_mib = touched as f64 / (1 << 20) as f64;
-            let algbw = bytes as f64 / (med[0] * 1e-6) / 1e9;
+            let algbw = bytes as f64 / (median_us * 1e-6) / 1e9;
             let rec = Record {
                 peer: args.label.clone(),
                 op: op.name(),
                 n,
                 bytes,
                 iters,
-                median_us: med[0],
+                median_us,
                 algbw_gbps: algbw,
                 busbw_gbps: algbw * op.bus_factor(n),
                 correct,
                 round: args.round,
                 algo: g.algorithm(op.collective(), bytes).name().into(),
                 peak_rss_mib: peak_rss_mib(),
-                user_buffers_mib: user_mib,
+                user_buffers_mib: bufs.touched as f64 / (1 << 20) as f64,
             };
             if rank == 0 {
-                println!(
-                    "  {:>10}  {:<15} {:<7} {:>12.1} {:>12.4} {:>12.4} {:>7}  {}",
-                    human(bytes),
-                    op.name(),
-                    rec.algo,
-                    rec.median_us,
-                    rec.algbw_gbps,
-                    rec.busbw_gbps,
-                    iters,
-                    match correct {
-                        Some(true) => "ok",
-                        Some(false) => "WRONG",
-                        None => "-",
-                    }
-                );
+                print_row(&rec);
                 if let Some(path) = &args.json {
-                    let mut f = std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(path)
-                        .map_err(|e| format!("{}: {e}", path.display()))?;
-                    writeln!(f, "{}", serde_json::to_string(&rec).expect("serialisable")).map_err(|e| e.to_string())?;
+                    append_json(path, &rec)?;
                 }
             }
             records.push(rec);
@@ -354,7 +387,7 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
     let mut peak = [peak_rss_mib()];
     g.all_max(&mut peak).map_err(|e| e.to_string())?;
     if rank == 0 {
-        let user_mib = touched as f64 / (1 << 20) as f64;
+        let user_mib = bufs.touched as f64 / (1 << 20) as f64;
         println!(
             "# memory: peak RSS of the largest rank {:.0} MiB, of which user buffers touched {:.0} MiB: \
              everything else (library, scratch, program) at most {:.0} MiB",
@@ -371,45 +404,33 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
     Ok(all_ok)
 }
 
-/// One call with known inputs; true when every rank saw the right answer.
+/// Rank `rank`'s element `i` in the check: different for every rank and index (so swapped or
+/// misplaced blocks show), small enough that sums of any number of ranks stay exact in float32.
+fn value(rank: usize, i: usize) -> f32 {
+    ((rank * 131 + i * 7) % 1021) as f32
+}
+
+/// One call with inputs that depend on rank and index, every element compared with the answer
+/// computed here; true when every rank saw the right answer.
 fn check(g: &Group, op: Op, count: usize, a: &mut [f32], b: &mut [f32]) -> boltccl::Result<bool> {
     let (rank, n) = (g.rank(), g.size());
-    let tri = (n * (n + 1) / 2) as f32;
+    let sum = |i: usize| (0..n).map(|q| value(q, i)).sum::<f32>();
+    let m = count / n;
+    let fill = |buf: &mut [f32], who: usize| buf.iter_mut().enumerate().for_each(|(i, x)| *x = value(who, i));
+    match op {
+        Op::AllGather => fill(&mut a[..m], rank),
+        Op::Broadcast if rank != 0 => a[..count].fill(-1.0),
+        _ => fill(&mut a[..count], rank),
+    }
+    b[..count].fill(-1.0);
+    call(g, op, count, a, b)?;
     let ok = match op {
-        Op::AllSum => {
-            a[..count].fill(rank as f32 + 1.0);
-            g.all_sum(&mut a[..count])?;
-            a[..count].iter().all(|&x| x == tri)
-        }
-        Op::AllGather => {
-            let m = count / n;
-            a[..m].fill(rank as f32 + 1.0);
-            g.all_gather(&a[..m], &mut b[..count])?;
-            b[..count].iter().enumerate().all(|(i, &x)| x == (i / m.max(1)) as f32 + 1.0)
-        }
-        Op::ReduceScatter => {
-            a[..count].fill(rank as f32 + 1.0);
-            g.reduce_scatter(&a[..count], &mut b[..count / n])?;
-            b[..count / n].iter().all(|&x| x == tri)
-        }
-        Op::Broadcast => {
-            a[..count].fill(if rank == 0 { 7.0 } else { 0.0 });
-            g.broadcast(&mut a[..count], 0)?;
-            a[..count].iter().all(|&x| x == 7.0)
-        }
+        Op::AllSum => a[..count].iter().enumerate().all(|(i, &x)| x == sum(i)),
+        Op::AllGather => b[..count].iter().enumerate().all(|(i, &x)| x == value(i / m.max(1), i % m.max(1))),
+        Op::ReduceScatter => b[..m].iter().enumerate().all(|(i, &x)| x == sum(rank * m + i)),
+        Op::Broadcast => a[..count].iter().enumerate().all(|(i, &x)| x == value(0, i)),
         Op::Sendrecv if n == 1 => true,
-        Op::Sendrecv => {
-            let (to, from) = ((rank + 1) % n, (rank + n - 1) % n);
-            a[..count].fill(rank as f32);
-            if rank % 2 == 0 {
-                g.send(&a[..count], to)?;
-                g.recv(&mut b[..count], from)?;
-            } else {
-                g.recv(&mut b[..count], from)?;
-                g.send(&a[..count], to)?;
-            }
-            b[..count].iter().all(|&x| x == from as f32)
-        }
+        Op::Sendrecv => b[..count].iter().enumerate().all(|(i, &x)| x == value((rank + n - 1) % n, i)),
     };
     let mut flag = [ok as u8];
     g.all_min(&mut flag)?;

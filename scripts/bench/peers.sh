@@ -4,7 +4,8 @@
 #   scripts/bench.sh peers            # installs the peers on first use (apt, pip)
 # Knobs: PEER_NS ("2 4"), PEER_ROUNDS (1), PEER_BUDGET_S (2.0), PEER_SIZES, BENCH_OUT;
 # BOLTCCL_BASELINE=/path/to/an/older/boltccl adds its figures as column "boltccl-baseline",
-# measured in the same run (for before/after comparisons of a change).
+# measured in the same run (for before/after comparisons of a change); BOLTCCL_BIN measures a
+# given build instead of building this checkout.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PEERS="${PEERS_DIR:-$ROOT/../shared/bench/peers}"
@@ -14,8 +15,10 @@ export PEER_VENV="${PEER_VENV:-$OUT/venv}" PEER_BUILD="$OUT/build" PEER_OUT="$OU
 export PEER_SIZES="${PEER_SIZES:-4,1024,65536,1048576,16777216,67108864}"
 export PEER_NS="${PEER_NS:-2 4}" PEER_ROUNDS="${PEER_ROUNDS:-1}" PEER_BUDGET_S="${PEER_BUDGET_S:-2.0}"
 
-cargo build --release --manifest-path "$ROOT/Cargo.toml" -p boltccl-cli
-BIN="$ROOT/target/release/boltccl"
+if [ -z "${BOLTCCL_BIN:-}" ]; then
+  cargo build --release --manifest-path "$ROOT/Cargo.toml" -p boltccl-cli
+fi
+BIN="${BOLTCCL_BIN:-$ROOT/target/release/boltccl}"
 BINS=("boltccl=$BIN")
 [ -n "${BOLTCCL_BASELINE:-}" ] && BINS+=("boltccl-baseline=$BOLTCCL_BASELINE")
 bash "$PEERS/run_all.sh"
