@@ -88,6 +88,22 @@ struct Pending {
     psn: u32,
 }
 
+impl Pending {
+    /// What the peer needs to connect to this link's queue pair.
+    fn endpoint(&self, shape: Shape) -> Endpoint {
+        Endpoint {
+            gid: self.gids[0].1.bytes(),
+            qpn: self.link.qp.qp_num(),
+            psn: self.psn,
+            mtu: self.mtu,
+            lid: self.lid,
+            recv_depth: shape.recv_depth as u32,
+            slot: shape.slot as u32,
+            reserved: 0,
+        }
+    }
+}
+
 fn random_psn() -> u32 {
     let mut b = [0u8; 4];
     getrandom::getrandom(&mut b).expect("the OS random source works");
@@ -312,26 +328,63 @@ pub(crate) fn plan(cfg: &Config) -> Result<Plan> {
 /// Move the pairs the device matrix cables from `mesh`'s TCP links to RDMA queue pairs.
 pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config) -> Result<()> {
     let Plan { verbs, matrix, path } = plan;
-    let digest = matrix.digest();
-    let tcp_peers = matrix.uncabled(cfg.rank);
-    if !tcp_peers.is_empty() {
-        tracing::info!(
-            rank = cfg.rank,
-            ?tcp_peers,
-            "no RDMA device toward these ranks in the matrix: using TCP for them"
-        );
-    }
     let (rank, size) = (cfg.rank, cfg.world_size);
+    let tcp_peers = matrix.uncabled(rank);
+    if !tcp_peers.is_empty() {
+        tracing::info!(rank, ?tcp_peers, "no RDMA device toward these ranks in the matrix: using TCP for them");
+    }
     let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes).min(MAX_MESSAGE);
     let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
     let peers: Vec<usize> = (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p)).collect();
     let cables: Vec<&[String]> = (0..size).map(|p| matrix.cells[rank][p].as_slice()).collect();
+    let timeout = cfg.init_timeout;
+    same_cabling_everywhere(mesh, &matrix, &path, rank, size, timeout)?;
+    let fail = |mesh: &mut Mesh, e: Error| -> Error {
+        mesh.abort(&e);
+        e
+    };
+    // Local set-up: one queue pair per cable. On error every object made so far is dropped
+    // (released) on the way out.
+    let mr_cache = cfg.ibv_zero_copy.then_some(cfg.ibv_mr_cache);
+    let mut pending: Vec<Vec<Pending>> = (0..size).map(|_| Vec::new()).collect();
+    for &p in &peers {
+        for device in cables[p] {
+            match open_link(&verbs, device, p, shape, mr_cache) {
+                Ok(l) => pending[p].push(l),
+                Err(e) => return Err(fail(mesh, e)),
+            }
+        }
+    }
+    let mine = |p: usize| pending[p].iter().flat_map(|l| l.endpoint(shape).encode()).collect();
+    let theirs = tcp_round(mesh, &peers, 0, |p| cables[p].len() * ENDPOINT_LEN, mine, timeout)?;
+    let mut links: Vec<Vec<Link>> = (0..size).map(|_| Vec::new()).collect();
+    for (&p, blob) in peers.iter().zip(&theirs) {
+        match connect_peer(rank, p, std::mem::take(&mut pending[p]), blob, shape) {
+            Ok(l) => links[p] = l,
+            Err(e) => return Err(fail(mesh, e)),
+        }
+    }
+    // Every receive is posted on this rank; wait until the same holds everywhere.
+    tcp_round(mesh, &peers, 1, |_| 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
+    tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
+    mesh.attach(Box::new(VerbsChannel { rank, links }), &peers, Cabling::from_links(matrix.cabled()));
+    Ok(())
+}
 
-    // Every rank picks algorithms from the whole matrix: check that all ranks read the same
-    // cabling before anyone opens a device (a rank expecting a cable its peer does not list
-    // would otherwise wait for endpoints that never come).
+/// Every rank picks algorithms from the whole matrix: check that all ranks read the same
+/// cabling before anyone opens a device (a rank expecting a cable its peer does not list would
+/// otherwise wait for endpoints that never come).
+fn same_cabling_everywhere(
+    mesh: &mut Mesh,
+    matrix: &DeviceMatrix,
+    path: &std::path::Path,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+) -> Result<()> {
+    let digest = matrix.digest();
     let everyone: Vec<usize> = (0..size).filter(|&p| p != rank).collect();
-    let digests = tcp_round(mesh, &everyone, 2, |_| 4, |_| digest.to_le_bytes().to_vec(), cfg.init_timeout)?;
+    let digests = tcp_round(mesh, &everyone, 2, |_| 4, |_| digest.to_le_bytes().to_vec(), timeout)?;
     for (&p, d) in everyone.iter().zip(&digests) {
         let theirs = u32::from_le_bytes(d[..4].try_into().expect("4 bytes"));
         if theirs != digest {
@@ -347,59 +400,6 @@ pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config) -> Result<()> {
             return Err(e);
         }
     }
-    let fail = |mesh: &mut Mesh, e: Error| -> Error {
-        mesh.abort(&e);
-        e
-    };
-    // Local set-up: one queue pair per cable. On error every object made so far is dropped
-    // (released) on the way out.
-    let mut pending: Vec<Vec<Pending>> = (0..size).map(|_| Vec::new()).collect();
-    let mut local_err = None;
-    'open: for &p in &peers {
-        for device in cables[p] {
-            match open_link(&verbs, device, p, shape, cfg.ibv_zero_copy.then_some(cfg.ibv_mr_cache)) {
-                Ok(l) => pending[p].push(l),
-                Err(e) => {
-                    local_err = Some(e);
-                    break 'open;
-                }
-            }
-        }
-    }
-    if let Some(e) = local_err {
-        drop(pending);
-        return Err(fail(mesh, e));
-    }
-    let timeout = cfg.init_timeout;
-    let mine = |p: usize| {
-        let mut blob = Vec::with_capacity(pending[p].len() * ENDPOINT_LEN);
-        for l in &pending[p] {
-            let ep = Endpoint {
-                gid: l.gids[0].1.bytes(),
-                qpn: l.link.qp.qp_num(),
-                psn: l.psn,
-                mtu: l.mtu,
-                lid: l.lid,
-                recv_depth: shape.recv_depth as u32,
-                slot: shape.slot as u32,
-                reserved: 0,
-            };
-            blob.extend_from_slice(&ep.encode());
-        }
-        blob
-    };
-    let theirs = tcp_round(mesh, &peers, 0, |p| cables[p].len() * ENDPOINT_LEN, mine, timeout)?;
-    let mut links: Vec<Vec<Link>> = (0..size).map(|_| Vec::new()).collect();
-    for (&p, blob) in peers.iter().zip(&theirs) {
-        match connect_peer(rank, p, std::mem::take(&mut pending[p]), blob, shape) {
-            Ok(l) => links[p] = l,
-            Err(e) => return Err(fail(mesh, e)),
-        }
-    }
-    // Every receive is posted on this rank; wait until the same holds everywhere.
-    tcp_round(mesh, &peers, 1, |_| 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
-    tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
-    mesh.attach(Box::new(VerbsChannel { rank, links }), &peers, Cabling::from_links(matrix.cabled()));
     Ok(())
 }
 
