@@ -179,7 +179,9 @@ fn accept_vetted<T: Send + 'static>(
 fn bind_listener(addr: SocketAddr, what: &str) -> Result<TcpListener> {
     TcpListener::bind(addr).map_err(|e| {
         let hint = match e.kind() {
-            std::io::ErrorKind::AddrInUse => "the port is in use: pick another or wait for the old job to exit",
+            std::io::ErrorKind::AddrInUse => {
+                "the port is in use: set BOLTCCL_COORDINATOR=ip:port to a free port, or wait for the old job to exit"
+            }
             std::io::ErrorKind::AddrNotAvailable => "that address does not belong to this host",
             _ => "check the address",
         };
@@ -187,20 +189,21 @@ fn bind_listener(addr: SocketAddr, what: &str) -> Result<TcpListener> {
     })
 }
 
-/// The address this rank's data listener binds to.
+/// The address this rank's data listener binds to: `BOLTCCL_BIND`, else this rank's hostfile
+/// host, else the address that reaches the coordinator; always on a port the OS picks. A
+/// hostfile's ports are never bound: MLX's ring backend listens on them (and the coordinator
+/// may be derived next to them), so taking one could collide with either.
 fn data_bind_addr(cfg: &Config, toward_coordinator: Option<IpAddr>) -> Result<SocketAddr> {
     if let Some(ip) = cfg.bind {
         return Ok(SocketAddr::new(ip, 0));
     }
     if let Some(hosts) = &cfg.hosts {
-        let entry = &hosts[cfg.rank][0];
-        if let Ok(mut a) = entry.to_socket_addrs() {
-            if let Some(a) = a.next() {
-                return Ok(a);
-            }
-        }
-        if let Ok(ip) = entry.parse::<IpAddr>() {
-            return Ok(SocketAddr::new(ip, 0));
+        let (host, _) = crate::config::launchers::split_host_port(&hosts[cfg.rank][0]);
+        let resolved = (host.as_str(), 0)
+            .to_socket_addrs()
+            .map_err(|e| Error::Config(format!("rank {}'s hostfile address {host} does not resolve: {e}", cfg.rank)))?;
+        if let Some(a) = resolved.into_iter().next() {
+            return Ok(SocketAddr::new(a.ip(), 0));
         }
     }
     let ip = toward_coordinator.ok_or_else(|| Error::Internal("no local address known".into()))?;

@@ -5,9 +5,12 @@
 //! drift.
 
 mod hostfile;
+mod hostlist;
+pub mod launchers;
 mod vars;
 
 pub use hostfile::{parse_hostfile, HostEntry};
+pub use hostlist::expand_hostlist;
 pub use vars::*;
 
 use crate::error::{Error, Result};
@@ -154,29 +157,50 @@ impl Config {
     }
 
     /// Read the configuration through `get` (a stand-in for the environment, for tests).
+    ///
+    /// `BOLTCCL_*` variables win; what they leave unset comes from the launcher that started
+    /// the process ([`launchers::detect`]), then from the hostfile.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        let get = |k: &str| get(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
         let mut cfg = Config::default();
-        let mut sized = false;
+        let mut set: Vec<&str> = Vec::new();
         for var in VARS {
-            let set = std::iter::once(&var.name)
-                .chain(var.fallbacks)
-                .find_map(|n| get(n).filter(|v| !v.trim().is_empty()).map(|v| (*n, v.trim().to_string())));
-            if let Some((name, value)) = set {
+            let found = std::iter::once(&var.name).chain(var.fallbacks).find_map(|n| get(n).map(|v| (*n, v)));
+            if let Some((name, value)) = found {
                 (var.apply)(&mut cfg, &value).map_err(|e| Error::Config(format!("{name}={value}: {e}")))?;
-                sized |= var.name == WORLD_SIZE;
+                set.push(var.name);
             }
         }
-        // A hostfile also says how many ranks there are and where rank 0 is.
-        if let Some(h) = &cfg.hosts {
-            if !sized {
-                cfg.world_size = h.len();
-            }
-            if cfg.coordinator.is_none() {
-                cfg.coordinator = h.first().and_then(|r| r.first()).cloned();
-            }
+        let launch = launchers::detect(&get).map_err(Error::Config)?;
+        if let Some(l) = launch.launcher {
+            tracing::debug!(launcher = l.name, "started by a known launcher");
+        }
+        if !set.contains(&RANK) {
+            cfg.rank = launch.rank.unwrap_or(cfg.rank);
+        }
+        if !set.contains(&WORLD_SIZE) {
+            cfg.world_size = launch.world_size.or(cfg.hosts.as_ref().map(Vec::len)).unwrap_or(cfg.world_size);
+        }
+        if !set.contains(&LOCAL_WORLD_SIZE) {
+            cfg.local_world_size = launch.local_world_size.or_else(|| cfg.ranks_on_my_host());
+        }
+        if cfg.coordinator.is_none() && cfg.world_size > 1 {
+            cfg.coordinator = match launch.coordinator {
+                Some(Ok(c)) => Some(c),
+                Some(Err(why)) => return Err(Error::Config(why)),
+                None => cfg.hosts.as_deref().and_then(launchers::hostfile_coordinator),
+            };
         }
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Ranks whose first hostfile address is on the same host as this rank's.
+    fn ranks_on_my_host(&self) -> Option<usize> {
+        let hosts = self.hosts.as_ref()?;
+        let host = |r: &Vec<String>| r.first().map(|e| launchers::split_host_port(e).0);
+        let mine = host(hosts.get(self.rank)?)?;
+        Some(hosts.iter().filter(|r| host(r).as_deref() == Some(mine.as_str())).count())
     }
 
     /// Check that the settings make sense together. Called by `from_env` and by `Group::new`.

@@ -103,8 +103,8 @@ pub const VARS: &[Var] = &[
     Var {
         name: RANK,
         default: "",
-        help: "This process's rank, 0-based.",
-        fallbacks: &["JACCL_RANK", "MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"],
+        help: "This process's rank, 0-based. Else from the launcher that started the process (see Launchers).",
+        fallbacks: &[],
         apply: |c, v| {
             c.rank = num(v)?;
             Ok(())
@@ -113,8 +113,8 @@ pub const VARS: &[Var] = &[
     Var {
         name: WORLD_SIZE,
         default: "",
-        help: "Number of ranks (else the hostfile's length).",
-        fallbacks: &["MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"],
+        help: "Number of ranks. Else from the launcher, else the hostfile's length.",
+        fallbacks: &[],
         apply: |c, v| {
             c.world_size = num(v)?;
             Ok(())
@@ -123,7 +123,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: COORDINATOR,
         default: "",
-        help: "ip:port that rank 0 listens on and every rank dials (else rank 0's first hostfile address).",
+        help: "ip:port that rank 0 listens on and every rank dials. Else derived from the launcher's variables or the hostfile: rank 0's host and a port computed from the job's identity, never a port the launcher or the hostfile gives to another program (see Launchers).",
         fallbacks: &["MLX_JACCL_COORDINATOR", "JACCL_COORDINATOR"],
         apply: |c, v| {
             c.coordinator = Some(v.into());
@@ -228,7 +228,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: BIND,
         default: "",
-        help: "Local IP for this rank's data listener. Default: the hostfile address, else the address this host uses to reach the coordinator. Never all interfaces unless you say 0.0.0.0.",
+        help: "Local IP for this rank's data listener. Default: the rank's hostfile IP, else the address this host uses to reach the coordinator. Never all interfaces unless you say 0.0.0.0.",
         fallbacks: &[],
         apply: |c, v| {
             c.bind = Some(v.parse().map_err(|_| "not an IP address")?);
@@ -238,8 +238,8 @@ pub const VARS: &[Var] = &[
     Var {
         name: LOCAL_WORLD_SIZE,
         default: "",
-        help: "Ranks on this host (set by the launcher; used to decide whether busy-polling is safe).",
-        fallbacks: &["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"],
+        help: "Ranks on this host (used to decide whether busy-polling is safe). Else from the launcher, else counted in the hostfile.",
+        fallbacks: &[],
         apply: |c, v| {
             c.local_world_size = Some(num(v)?);
             Ok(())
@@ -248,11 +248,12 @@ pub const VARS: &[Var] = &[
     Var {
         name: HOSTFILE,
         default: "",
-        help: "JSON hostfile: a list of lists of \"ip:port\" per rank (MLX ring format), or MLX launcher host entries.",
+        help: "JSON hostfile: a list of lists of \"ip:port\" per rank (MLX ring format), or MLX launcher host entries. Its addresses choose each rank's interface; its ports are never bound (MLX's ring backend listens there).",
         fallbacks: &["MLX_HOSTFILE"],
         apply: |c, path| {
             let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read hostfile: {e}"))?;
-            c.hosts = Some(super::hostfile::parse_hostfile(&text)?);
+            // `mlx.launch -n 1` writes an empty hostfile: one rank, no peers.
+            c.hosts = if text.trim().is_empty() { None } else { Some(super::hostfile::parse_hostfile(&text)?) };
             Ok(())
         },
     },
