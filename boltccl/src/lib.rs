@@ -28,6 +28,7 @@ mod group;
 mod log;
 pub mod probe;
 mod reduce;
+mod request;
 mod transport;
 mod types;
 mod wire;
@@ -35,10 +36,11 @@ mod wire;
 pub use algo::select::{select as select_algorithm, Cabling, Shape};
 pub use config::{Algo, Backend, Config};
 pub use error::{Error, ErrorKind, Result};
-pub use group::{init, Bytes, Group};
+pub use group::{init, Bytes, Group, Op};
 pub use half::{bf16, f16};
 #[cfg(feature = "stderr-log")]
 pub use log::log_to_stderr;
+pub use request::{OnComplete, RawRequest, Request, Scope};
 pub use transport::InterruptCheck;
 pub use types::{Collective, DType, Element, ReduceOp};
 

@@ -46,9 +46,8 @@ fn mlx_ring_hostfile_ports_are_never_bound() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hostfile.json");
         std::fs::write(&path, serde_json::to_string(&hosts).unwrap()).unwrap();
-        let envs = (0..n)
-            .map(|r| env(&[("MLX_RANK", r.to_string()), ("MLX_HOSTFILE", path.display().to_string())]))
-            .collect();
+        let envs =
+            (0..n).map(|r| env(&[("MLX_RANK", r.to_string()), ("MLX_HOSTFILE", path.display().to_string())])).collect();
         all_sum_from(envs);
     }
 }
@@ -60,7 +59,8 @@ fn mlx_launch_default_hostfile_forms_a_group() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hostfile.json");
     std::fs::write(&path, r#"[["127.0.0.1:32323"], ["127.0.0.1:32324"]]"#).unwrap();
-    let envs = (0..2).map(|r| env(&[("MLX_RANK", r.to_string()), ("MLX_HOSTFILE", path.display().to_string())])).collect();
+    let envs =
+        (0..2).map(|r| env(&[("MLX_RANK", r.to_string()), ("MLX_HOSTFILE", path.display().to_string())])).collect();
     all_sum_from(envs);
 }
 
