@@ -233,6 +233,12 @@ impl Group {
         Bytes { g: self }
     }
 
+    /// Run a call given as an [`Op`] (as the bindings hand calls over), blocking like the
+    /// typed calls.
+    pub fn call(&self, op: Op<'_>) -> Result<()> {
+        self.exec(op)
+    }
+
     /// Run a checked call on this thread: after every started call has finished (they were
     /// started first), with no thread hand-off when none is queued.
     fn exec(&self, op: Op<'_>) -> Result<()> {
