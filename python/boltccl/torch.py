@@ -20,9 +20,11 @@ isend/irecv (with an explicit source), new_group; DistributedDataParallel on tor
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import secrets
 import socket
+import threading
 from typing import Any, Callable, List, Optional, Sequence
 
 import torch
@@ -94,6 +96,9 @@ class _Work(dist.Work):
         self._error: Optional[BaseException] = None
         self._done = False
         self._future: Optional[torch.futures.Future] = None
+        self._future_owed = False  # a future was handed out and not yet settled
+        # The progress thread's completion function and wait() may both finish the Work.
+        self._lock = threading.Lock()
         if not self._works:
             self._complete()
         else:
@@ -101,9 +106,15 @@ class _Work(dist.Work):
             self._works[-1].add_done_callback(self._complete)
 
     def _complete(self) -> None:
-        # Runs on boltccl's progress thread (with the GIL), or here if nothing is in flight.
-        if self._done:
-            return
+        # Runs on boltccl's progress thread (with the GIL), or from wait(); once.
+        with self._lock:
+            if not self._done:
+                self._run_finish()
+            fut, self._future_owed = (self._future, False) if self._future_owed else (None, False)
+        if fut is not None:
+            self._settle(fut)
+
+    def _run_finish(self) -> None:
         for w in self._works:
             try:
                 w.test()
@@ -116,9 +127,6 @@ class _Work(dist.Work):
             except BaseException as e:  # noqa: BLE001
                 self._error = e
         self._done = True
-        fut = self._future
-        if fut is not None:
-            self._settle(fut)
 
     def _settle(self, fut: torch.futures.Future) -> None:
         if self._error is not None:
@@ -156,8 +164,11 @@ class _Work(dist.Work):
     def get_future(self) -> torch.futures.Future:
         if self._future is None:
             fut = torch.futures.Future()
-            self._future = fut
-            if self._done:
+            with self._lock:
+                self._future = fut
+                done = self._done
+                self._future_owed = not done
+            if done:
                 self._settle(fut)
         return self._future
 
@@ -357,6 +368,27 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
 def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupBoltccl:
     return ProcessGroupBoltccl(store, rank, size, timeout)
+
+
+def _env_from_boltccl_launch() -> None:
+    """Under `boltccl launch` (which sets BOLTCCL_* but not torch's variables), give
+    ``init_process_group``'s default ``env://`` what it reads: RANK, WORLD_SIZE, and torch's
+    store on rank 0's host at a port derived from the job key (never the coordinator's)."""
+    env = os.environ
+    if env.get("MASTER_ADDR") or not all(env.get(k) for k in ("BOLTCCL_RANK", "BOLTCCL_WORLD_SIZE", "BOLTCCL_COORDINATOR")):
+        return
+    host, _, port = env["BOLTCCL_COORDINATOR"].rpartition(":")
+    seed = int(hashlib.sha256(("torch-store:" + env.get("BOLTCCL_JOB_KEY", "")).encode()).hexdigest()[:8], 16)
+    store_port = 20000 + seed % 12768
+    if str(store_port) == port:
+        store_port += 1
+    env.setdefault("RANK", env["BOLTCCL_RANK"])
+    env.setdefault("WORLD_SIZE", env["BOLTCCL_WORLD_SIZE"])
+    env["MASTER_ADDR"] = host.strip("[]")
+    env.setdefault("MASTER_PORT", str(store_port))
+
+
+_env_from_boltccl_launch()
 
 
 if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
