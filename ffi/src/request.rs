@@ -233,7 +233,10 @@ pub unsafe extern "C" fn boltccl_recv_async(
 /// # Safety
 /// `g` must be a live group handle; `req` writable.
 #[no_mangle]
-pub unsafe extern "C" fn boltccl_barrier_async(g: *const boltccl_group, req: *mut *mut boltccl_request) -> boltccl_result {
+pub unsafe extern "C" fn boltccl_barrier_async(
+    g: *const boltccl_group,
+    req: *mut *mut boltccl_request,
+) -> boltccl_result {
     ffi_panic_boundary! {
         check_null!(g);
         check_null!(req);

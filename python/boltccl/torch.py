@@ -35,6 +35,10 @@ import boltccl
 __all__ = ["ProcessGroupBoltccl", "BACKEND"]
 
 BACKEND = "boltccl"
+#: Collectives up to this many bytes run inside the call (a latency-bound call has nothing to
+#: overlap, and the hand-off to the progress thread would cost more than the call); larger
+#: ones, and every send/recv, run on boltccl's progress thread while torch goes on.
+INLINE_MAX_BYTES = 65536
 _KEY = "boltccl/rendezvous"
 _DTYPES = {
     torch.float32,
@@ -88,12 +92,18 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 class _Work(dist.Work):
     """Calls in flight; ``finish`` runs once after all of them (copy-backs, AVG's division)."""
 
-    def __init__(self, works: Sequence[Any], result: List[torch.Tensor], finish: Optional[Callable[[], None]] = None):
+    def __init__(
+        self,
+        works: Sequence[Any],
+        result: List[torch.Tensor],
+        finish: Optional[Callable[[], None]] = None,
+        error: Optional[BaseException] = None,
+    ):
         super().__init__()
         self._works = list(works)
         self._result = result
         self._finish = finish
-        self._error: Optional[BaseException] = None
+        self._error: Optional[BaseException] = error
         self._done = False
         self._future: Optional[torch.futures.Future] = None
         self._future_owed = False  # a future was handed out and not yet settled
@@ -231,6 +241,20 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             rank=rank, world_size=size, coordinator=coordinator, job_key=key, init_timeout=seconds, **kw
         )
 
+    def _start(self, calls: List[Callable[[bool], Any]], nbytes: int, result: List[torch.Tensor], finish=None, inline=None) -> "_Work":
+        """Run `calls` (each `call(async_op)`): inline when small, else started. A boltccl error
+        of an inline call is kept for wait(), as a started call's would be."""
+        if inline is None:
+            inline = nbytes <= INLINE_MAX_BYTES
+        if not inline:
+            return _Work([c(True) for c in calls], result, finish)
+        for c in calls:
+            try:
+                c(False)
+            except boltccl.Error as e:
+                return _Work([], result, None, error=e)
+        return _Work([], result, finish)
+
     # -- what torch asks of a process group -------------------------------------------------
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -244,15 +268,15 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.AllreduceOptions()
-        works, copies = [], []
-        divide = False
+        calls, copies, divide, nbytes = [], [], False, 0
         for i, t in enumerate(tensors):
             _check(t, f"tensors[{i}]")
             name, divide = _reduce_op(opts.reduceOp, t.dtype)
             f = _flat(t)
             copies.append((t, f))
-            works.append(getattr(self._g, f"all_{name}")(f, async_op=True))
-        return _Work(works, list(tensors), self._finisher(copies, divide))
+            nbytes += f.numel() * f.element_size()
+            calls.append(lambda a, f=f, fn=getattr(self._g, f"all_{name}"): fn(f, async_op=a))
+        return self._start(calls, nbytes, list(tensors), self._finisher(copies, divide))
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
         o = dist.AllreduceOptions()
@@ -277,22 +301,25 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
         root = opts.rootRank if opts is not None else 0
-        works, copies = [], []
+        calls, copies, nbytes = [], [], 0
         for i, t in enumerate(tensors):
             _check(t, f"tensors[{i}]")
             f = _flat(t)
             copies.append((t, f))
-            works.append(self._g.broadcast(f, root=root, async_op=True))
-        return _Work(works, list(tensors), self._finisher(copies, False))
+            nbytes += f.numel() * f.element_size()
+            calls.append(lambda a, f=f: self._g.broadcast(f, root=root, async_op=a))
+        return self._start(calls, nbytes, list(tensors), self._finisher(copies, False))
 
     def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
-        works, finishers = [], []
+        calls, finishers, nbytes = [], [], 0
         for outs, t in zip(output_lists, inputs):
             _check(t, "input")
             if len(outs) != self._size:
                 raise ValueError(f"all_gather needs {self._size} output tensors, got {len(outs)}")
             flat = torch.empty((self._size * t.numel(),), dtype=t.dtype)
-            works.append(self._g.all_gather(_flat(t).reshape(-1), out=flat, async_op=True))
+            src = _flat(t).reshape(-1)
+            nbytes += flat.numel() * flat.element_size()
+            calls.append(lambda a, src=src, flat=flat: self._g.all_gather(src, out=flat, async_op=a))
             finishers.append((outs, flat, t.numel()))
 
         def finish() -> None:
@@ -301,14 +328,15 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
                     for r, o in enumerate(outs):
                         o.copy_(flat[r * n : (r + 1) * n].view(o.shape))
 
-        return _Work(works, [o for outs in output_lists for o in outs], finish)
+        return self._start(calls, nbytes, [o for outs in output_lists for o in outs], finish)
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         _check(input, "input")
         _check(output, "output")
-        out = _flat(output)
-        w = self._g.all_gather(_flat(input).reshape(-1), out=out.reshape(-1), async_op=True)
-        return _Work([w], [output], self._finisher([(output, out)], False))
+        out, src = _flat(output), _flat(input).reshape(-1)
+        call = lambda a: self._g.all_gather(src, out=out.reshape(-1), async_op=a)  # noqa: E731
+        nbytes = out.numel() * out.element_size()
+        return self._start([call], nbytes, [output], self._finisher([(output, out)], False))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         return self._allgather_base(output, input, opts)
@@ -319,7 +347,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts: Any = None) -> dist.Work:
         reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        works, copies, divide = [], [], False
+        calls, copies, divide, nbytes = [], [], False, 0
         for out, ins in zip(outputs, input_lists):
             _check(out, "output")
             if len(ins) != self._size:
@@ -328,23 +356,25 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             flat_in = torch.cat([i.detach().reshape(-1) for i in ins])
             f = _flat(out)
             copies.append((out, f))
-            works.append(self._g.reduce_scatter(flat_in, out=f.reshape(-1), op=name, async_op=True))
-        return _Work(works, list(outputs), self._finisher(copies, divide))
+            nbytes += flat_in.numel() * flat_in.element_size()
+            calls.append(lambda a, i=flat_in, f=f, name=name: self._g.reduce_scatter(i, out=f.reshape(-1), op=name, async_op=a))
+        return self._start(calls, nbytes, list(outputs), self._finisher(copies, divide))
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         _check(input, "input")
         _check(output, "output")
         name, divide = _reduce_op(reduce_op, output.dtype)
-        f = _flat(output)
-        w = self._g.reduce_scatter(_flat(input).reshape(-1), out=f.reshape(-1), op=name, async_op=True)
-        return _Work([w], [output], self._finisher([(output, f)], divide))
+        f, src = _flat(output), _flat(input).reshape(-1)
+        call = lambda a: self._g.reduce_scatter(src, out=f.reshape(-1), op=name, async_op=a)  # noqa: E731
+        nbytes = src.numel() * src.element_size()
+        return self._start([call], nbytes, [output], self._finisher([(output, f)], divide))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         return self._reduce_scatter_base(output, input, opts)
 
     def barrier(self, opts: Any = None) -> dist.Work:
-        return _Work([self._g.barrier(async_op=True)], [])
+        return self._start([lambda a: self._g.barrier(async_op=a)], 0, [])
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
         works = []

@@ -117,8 +117,8 @@ pub fn view(obj: &Bound<'_, PyAny>, writable: bool, dtype: Option<DType>, what: 
             return from_dlpack(obj, m, writable, dtype, what);
         }
         return Err(PyTypeError::new_err(format!(
-            "{what} must be an array in CPU memory: a numpy array, torch CPU tensor, mlx.core array, JAX \
-             array, memoryview, array.array or bytearray; got {}",
+            "{what} must be an array in CPU memory, with the buffer protocol or DLPack (a numpy array, \
+             torch CPU tensor, mlx.core array, JAX array, memoryview, array.array or bytearray); got {}",
             type_name(obj)
         )));
     };

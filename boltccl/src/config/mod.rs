@@ -191,6 +191,14 @@ impl Config {
                 None => cfg.hosts.as_deref().and_then(launchers::hostfile_coordinator),
             };
         }
+        if cfg.job_key.is_none() {
+            if let (Some(l), Some(c)) = (launch.launcher, &cfg.coordinator) {
+                // Not a secret (the launcher's variables are not), but it keeps jobs apart:
+                // a rank of another job on the same ports is refused.
+                tracing::debug!("{JOB_KEY} is not set: using one derived from the launcher's job");
+                cfg.job_key = Some(format!("derived from {} at {c}", l.name));
+            }
+        }
         cfg.validate()?;
         Ok(cfg)
     }

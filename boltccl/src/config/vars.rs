@@ -133,7 +133,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: JOB_KEY,
         default: "",
-        help: "Shared secret; every connection proves it by HMAC-SHA256 challenge-response. The launcher generates one.",
+        help: "Shared secret; every connection proves it by HMAC-SHA256 challenge-response. `boltccl launch` generates one; under other launchers a key derived from the job keeps jobs apart (not a secret: set one to authenticate).",
         fallbacks: &[],
         apply: |c, v| {
             c.job_key = Some(v.into());
