@@ -75,18 +75,30 @@ def _reduce_op(op: Any, dtype: torch.dtype) -> tuple:
 
 
 def _check(t: torch.Tensor, what: str) -> None:
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise ValueError(f"{what} is on {t.device}: the boltccl backend works on CPU tensors (move it with .cpu())")
     if t.dtype not in _DTYPES:
         raise TypeError(f"{what} has dtype {t.dtype}: boltccl reduces float16/32/64, bfloat16 and integers")
-    if t.is_sparse or t.layout != torch.strided:
+    if t.layout != torch.strided:
         raise ValueError(f"{what} is not a strided (dense) tensor")
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
     """A contiguous, autograd-free view of t's memory, or a contiguous copy."""
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     return t if t.is_contiguous() else t.contiguous()
+
+
+def _arr(f: torch.Tensor) -> tuple:
+    """(array sharing f's memory, element type for boltccl): numpy's view where torch has one
+    (the cheapest way in, about 1 us), else the tensor itself (DLPack)."""
+    try:
+        if f.dtype is torch.bfloat16:
+            return f.view(torch.int16).numpy(), "bfloat16"
+        return f.numpy(), None
+    except (TypeError, RuntimeError):
+        return f, None
 
 
 class _Work(dist.Work):
@@ -275,7 +287,8 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             f = _flat(t)
             copies.append((t, f))
             nbytes += f.numel() * f.element_size()
-            calls.append(lambda a, f=f, fn=getattr(self._g, f"all_{name}"): fn(f, async_op=a))
+            arr, dt = _arr(f)
+            calls.append(lambda a, arr=arr, dt=dt, fn=getattr(self._g, f"all_{name}"): fn(arr, dtype=dt, async_op=a))
         return self._start(calls, nbytes, list(tensors), self._finisher(copies, divide))
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
@@ -285,7 +298,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         return self.allreduce(tensors, o)
 
     def _finisher(self, copies: list, divide: bool) -> Optional[Callable[[], None]]:
-        back = [(t, f) for t, f in copies if f.data_ptr() != t.data_ptr() or f.stride() != t.stride()]
+        back = [(t, f) for t, f in copies if f is not t and (f.data_ptr() != t.data_ptr() or f.stride() != t.stride())]
         if not back and not divide:
             return None
 
@@ -307,7 +320,8 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             f = _flat(t)
             copies.append((t, f))
             nbytes += f.numel() * f.element_size()
-            calls.append(lambda a, f=f: self._g.broadcast(f, root=root, async_op=a))
+            arr, dt = _arr(f)
+            calls.append(lambda a, arr=arr, dt=dt: self._g.broadcast(arr, root=root, dtype=dt, async_op=a))
         return self._start(calls, nbytes, list(tensors), self._finisher(copies, False))
 
     def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:

@@ -36,7 +36,13 @@ def run(cmd: Sequence[str], timeout: float = 180, env: Optional[Dict[str, str]] 
     t = time.time()
     try:
         p = subprocess.run(
-            list(cmd), env=env or clean_env(), capture_output=True, text=True, timeout=timeout, cwd=cwd
+            list(cmd),
+            env=env or clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"{' '.join(cmd)} did not finish within {timeout} s:\n{e.stdout}\n{e.stderr}")
