@@ -6,7 +6,7 @@ use crate::algo::select::{select, Cabling};
 use crate::algo::{direct, mesh, p2p, ring, ring_ops, Link, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
-use crate::transport::{InterruptCheck, Limits, Transport};
+use crate::transport::{InterruptCheck, Limits, LinkKind, Transport};
 use crate::types::{Collective, DType, Element, ReduceOp};
 use crate::wire::Header;
 use parking_lot::Mutex;
@@ -153,7 +153,7 @@ impl Group {
 
     /// Like [`Group::local_world`] with the settings of `template` (rank and size are set here).
     pub fn local_world_with(n: usize, template: &Config) -> Vec<Group> {
-        crate::transport::mem::world(n)
+        crate::transport::mem::world(n, template.shm_ring_bytes)
             .into_iter()
             .enumerate()
             .map(|(rank, t)| Group::from_transport(Box::new(t), Config { rank, world_size: n, ..template.clone() }))
@@ -178,6 +178,12 @@ impl Group {
             return Algo::Mesh;
         }
         select(coll, bytes, &self.cabling, &self.shared.cfg)
+    }
+
+    /// What carries this rank's messages to `peer` (shared memory, RDMA, TCP).
+    pub fn link_kind(&self, peer: usize) -> Result<LinkKind> {
+        self.check_rank("peer", peer)?;
+        Ok(self.shared.transport.lock().link_kind(self.members[peer]))
     }
 
     /// This rank, 0-based.

@@ -39,7 +39,7 @@ pub use group::{init, Bytes, Group};
 pub use half::{bf16, f16};
 #[cfg(feature = "stderr-log")]
 pub use log::log_to_stderr;
-pub use transport::InterruptCheck;
+pub use transport::{InterruptCheck, LinkKind};
 pub use types::{Collective, DType, Element, ReduceOp};
 
 /// The library version (also checked between ranks at start-up).
