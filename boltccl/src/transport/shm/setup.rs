@@ -107,22 +107,20 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
             theirs[q] = Some(open(files, q, &local, cfg)?);
             sockets[q] = Some(s);
         }
-        let higher = local.iter().filter(|&&q| q > rank).count();
-        for _ in 0..higher {
-            let mut s = accept(&offer.listener, deadline).map_err(|e| Error::io(rank, "shared-memory set-up", e))?;
-            auth::server_over(&mut s, "a local rank (shared memory)".into(), &key)?;
-            let (got, files) = recv_inbox(&s).map_err(|e| Error::io(rank, "receiving shared memory", e))?;
-            let q = got.rank as usize;
-            check_hello(got, job, q)?;
-            if q <= rank || !local.contains(&q) || theirs[q].is_some() {
-                return Err(Error::Protocol {
-                    from: format!("rank {q}"),
-                    detail: "a shared-memory connection from a rank that should not make one".into(),
-                });
+        // Take the higher ranks' calls. Anything else that connects (it can see the socket's
+        // name in /proc/net/unix) is logged and dropped: it cannot prove the key.
+        let mut higher = local.iter().filter(|&&q| q > rank).count();
+        while higher > 0 {
+            let s = accept(&offer.listener, deadline).map_err(|e| Error::io(rank, "shared-memory set-up", e))?;
+            match vet(s, &key, job, rank, &local, &theirs) {
+                Ok((q, s, files)) => {
+                    theirs[q] = Some(open(files, q, &local, cfg)?);
+                    send_inbox(&s, &inbox, hello).map_err(|e| Error::io(q, "passing shared memory", e))?;
+                    sockets[q] = Some(s);
+                    higher -= 1;
+                }
+                Err(e) => tracing::warn!("rejected a shared-memory connection: {e}"),
             }
-            theirs[q] = Some(open(files, q, &local, cfg)?);
-            send_inbox(&s, &inbox, hello).map_err(|e| Error::io(q, "passing shared memory", e))?;
-            sockets[q] = Some(s);
         }
         let mut pairs: Vec<Option<RingPair>> = (0..peers.len()).map(|_| None).collect();
         for &q in &local {
@@ -140,6 +138,29 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
     tracing::info!(rank, ?local, ring = cfg.shm_ring_bytes, "shared-memory links ready");
     mesh.attach(Box::new(channel), &local, None);
     Ok(())
+}
+
+/// An incoming set-up connection: it must prove the key and be a higher local rank that has
+/// not connected yet. Returns that rank, the socket and its inbox's files.
+fn vet(
+    mut s: UnixStream,
+    key: &[u8],
+    job: u64,
+    rank: usize,
+    local: &[usize],
+    seen: &[Option<PeerInbox>],
+) -> Result<(usize, UnixStream, [OwnedFd; 2])> {
+    auth::server_over(&mut s, "a local process (shared memory)".into(), key)?;
+    let (got, files) = recv_inbox(&s).map_err(|e| Error::io(rank, "receiving shared memory", e))?;
+    let q = got.rank as usize;
+    check_hello(got, job, q)?;
+    if q <= rank || !local.contains(&q) || seen[q].is_some() {
+        return Err(Error::Protocol {
+            from: format!("rank {q}"),
+            detail: "a shared-memory connection from a rank that should not make one".into(),
+        });
+    }
+    Ok((q, s, files))
 }
 
 /// What a rank says with its inbox: which job and rank it is.
