@@ -104,19 +104,25 @@ fn tcp_processes_every_world_size_and_algorithm() {
     }
 }
 
-/// The same over shared memory (ranks as processes on this host), with rings of the default
-/// size, and with 4 KiB rings and 1 MiB chunks, so frames are larger than the ring, wrap around
-/// it and wait for room: the bits equal TCP's and the in-process transport's.
+/// The same over shared memory (ranks as processes on this host): rings of the default size;
+/// 4 KiB rings with 1 MiB chunks, so frames are larger than the ring, wrap around it and wait
+/// for room; and 4 KiB pieces pulled straight from the sender's memory (shorter ones through
+/// the ring). The bits equal TCP's and the in-process transport's.
 #[test]
 fn shm_processes_every_world_size_and_algorithm() {
-    for (ring, chunk, sizes) in [("1048576", CHUNK, vec![1, 2, 3, 4, 5, 6, 7, 8]), ("4096", 1 << 20, vec![2, 3, 5, 8])]
-    {
+    let variants = [
+        ("1048576", CHUNK, "65536", vec![1, 2, 3, 4, 5, 6, 7, 8]),
+        ("4096", 1 << 20, "0", vec![2, 3, 5, 8]),
+        ("1048576", 4096, "4096", vec![2, 3, 5, 8]),
+    ];
+    for (ring, chunk, pull, sizes) in variants {
         for n in sizes {
             let mut per_algo: Option<String> = None;
             for algo in ALGOS {
                 let env = [
                     ("BOLTCCL_BACKEND", "shm".to_string()),
                     ("BOLTCCL_SHM_RING_BYTES", ring.to_string()),
+                    ("BOLTCCL_SHM_PULL_BYTES", pull.to_string()),
                     ("BOLTCCL_ALGO", algo.name().to_string()),
                     ("BOLTCCL_CHUNK_BYTES", chunk.to_string()),
                     ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
@@ -144,6 +150,17 @@ fn shm_processes_every_world_size_and_algorithm() {
             }
         }
     }
+}
+
+/// Threads pull pieces straight from each other's memory as processes do: the same bits as
+/// through the rings.
+#[test]
+fn pulls_between_threads_give_the_same_bits() {
+    let digest = |pull: usize| {
+        let cfg = Config { chunk_bytes: 4096, shm_pull_bytes: pull, mesh_max_bytes: 256, ..Config::default() };
+        on_threads(Group::local_world_with(3, &cfg), |_, g| suite(g))[0]
+    };
+    assert_eq!(digest(4096), digest(0));
 }
 
 /// The ring all-gather, reduce-scatter and broadcast cut large calls into segments and

@@ -86,6 +86,8 @@ pub struct Config {
     pub algo: Algo,
     /// Bytes of each shared-memory ring.
     pub shm_ring_bytes: usize,
+    /// Smallest payload pulled in one copy between ranks of one host (0: never).
+    pub shm_pull_bytes: usize,
     /// Pipelining chunk size in bytes.
     pub chunk_bytes: usize,
     /// Auto selection: reductions up to this size use the mesh algorithm.
@@ -127,6 +129,7 @@ impl Default for Config {
             backend: Backend::Auto,
             algo: Algo::Auto,
             shm_ring_bytes: 0,
+            shm_pull_bytes: 0,
             chunk_bytes: 0,
             mesh_max_bytes: 0,
             tcp_streams: 0,
@@ -264,6 +267,7 @@ impl Config {
             (MESH_MAX_BYTES.to_string(), self.mesh_max_bytes.to_string()),
             (TCP_STREAMS.to_string(), self.tcp_streams.to_string()),
             (SHM_RING_BYTES.to_string(), self.shm_ring_bytes.to_string()),
+            (SHM_PULL_BYTES.to_string(), self.shm_pull_bytes.to_string()),
             ("world size".to_string(), self.world_size.to_string()),
             // The element-type numbering is wire format: a rank built with another is refused.
             ("element types".to_string(), crate::types::DType::ALL.map(|d| d.name()).join(",")),

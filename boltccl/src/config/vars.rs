@@ -24,6 +24,8 @@ pub const BACKEND: &str = "BOLTCCL_BACKEND";
 pub const ALGO: &str = "BOLTCCL_ALGO";
 /// Bytes of each shared-memory ring.
 pub const SHM_RING_BYTES: &str = "BOLTCCL_SHM_RING_BYTES";
+/// Smallest payload pulled in one copy.
+pub const SHM_PULL_BYTES: &str = "BOLTCCL_SHM_PULL_BYTES";
 /// Pipelining unit.
 pub const CHUNK_BYTES: &str = "BOLTCCL_CHUNK_BYTES";
 /// Largest mesh all-reduce.
@@ -195,6 +197,16 @@ pub const VARS: &[Var] = &[
         fallbacks: &[],
         apply: |c, v| {
             c.shm_ring_bytes = num(v)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: SHM_PULL_BYTES,
+        default: "65536",
+        help: "Between ranks of one host, payloads at least this long are copied once, straight from the sender's memory (process_vm_readv, on Linux where the system allows it), instead of twice through the ring; 0 turns that off. Must agree on all ranks.",
+        fallbacks: &[],
+        apply: |c, v| {
+            c.shm_pull_bytes = num(v)?;
             Ok(())
         },
     },

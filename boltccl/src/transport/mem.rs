@@ -6,7 +6,7 @@
 
 use super::mesh::Mesh;
 use super::progress::{Control, WaitPolicy};
-use super::shm::ring::{Inbox, PeerInbox, RingPair};
+use super::shm::ring::{can_pull, Inbox, PeerInbox, Pulls, RingPair};
 use super::shm::ShmChannel;
 use crate::error::Error;
 use crate::wire;
@@ -24,8 +24,8 @@ pub(crate) fn slot(owner: usize, peer: usize) -> usize {
 }
 
 /// The `n` ranks of an in-process world, each a [`Mesh`] over shared-memory rings of
-/// `ring_bytes` bytes, in rank order.
-pub(crate) fn world(n: usize, ring_bytes: usize) -> Vec<Mesh> {
+/// `ring_bytes` bytes pulling payloads of at least `pull_bytes` (0: none), in rank order.
+pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize) -> Vec<Mesh> {
     let inboxes: Vec<Arc<Inbox>> = (0..n)
         .map(|r| {
             let rings = n.saturating_sub(1).max(1);
@@ -34,6 +34,14 @@ pub(crate) fn world(n: usize, ring_bytes: usize) -> Vec<Mesh> {
         .collect();
     let bells: Vec<PeerInbox> = inboxes.iter().map(|i| i.as_peer()).collect();
     let aborted = Arc::new(Mutex::new(None));
+    // Threads of one process pull large payloads from each other like processes do, where the
+    // system lets a process read its own memory that way.
+    let me = std::process::id() as i32;
+    let word = 0x5eedu64.to_le_bytes();
+    let pulls = match can_pull(me, word.as_ptr() as usize, &word) {
+        true => Pulls { from_peer: Some(me), by_peer: true, min: pull_bytes },
+        false => Pulls::default(),
+    };
     // Threads of one process share its cores.
     let wait = WaitPolicy::here(n, None);
     (0..n)
@@ -43,6 +51,7 @@ pub(crate) fn world(n: usize, ring_bytes: usize) -> Vec<Mesh> {
                     (p != rank).then(|| {
                         RingPair::new(p, inboxes[rank].clone(), slot(rank, p), bells[p].clone(), slot(p, rank))
                             .expect("rings laid out by this process")
+                            .with_pulls(pulls)
                     })
                 })
                 .collect();

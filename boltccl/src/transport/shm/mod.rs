@@ -108,6 +108,13 @@ impl Channel for ShmChannel {
         Ok(())
     }
 
+    fn quiesce(&mut self) {
+        // The caller may reuse its buffers once the exchange returns: take back what is lent.
+        for pair in self.streams.links.iter_mut().flatten() {
+            pair.withdraw();
+        }
+    }
+
     fn close(&mut self) {
         self.depart();
     }

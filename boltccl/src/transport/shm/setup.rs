@@ -8,7 +8,7 @@
 //! attach), and pass each other their inbox — a memory file and a doorbell — as file
 //! descriptors. The sockets stay open: their end of file says a peer process died.
 
-use super::ring::{Inbox, PeerInbox, RingPair};
+use super::ring::{can_pull, Inbox, PeerInbox, Pulls, RingPair};
 use super::ShmChannel;
 use crate::bootstrap::{auth, PeerInfo};
 use crate::config::Config;
@@ -19,7 +19,7 @@ use rustix::fd::{AsFd, OwnedFd};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
 };
-use std::io::{IoSlice, IoSliceMut};
+use std::io::{IoSlice, IoSliceMut, Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::sync::Arc;
@@ -95,7 +95,10 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
         );
         let mut sockets: Vec<Option<UnixStream>> = (0..peers.len()).map(|_| None).collect();
         let mut theirs: Vec<Option<PeerInbox>> = (0..peers.len()).map(|_| None).collect();
-        let hello = Hello { job, rank: rank as u32 };
+        let mut hellos: Vec<Option<Hello>> = (0..peers.len()).map(|_| None).collect();
+        // A word of our memory the peers read to check they can pull from this process.
+        let probe = Box::new(job.to_le_bytes());
+        let hello = Hello { job, rank: rank as u32, pid: std::process::id(), probe: probe.as_ptr() as u64 };
         // Dial the lower ranks, then take the higher ones' calls.
         for &q in local.iter().filter(|&&q| q < rank) {
             let name = peers[q].shm.as_deref().expect("local peers offer shared memory");
@@ -105,6 +108,7 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
             let (got, files) = recv_inbox(&s).map_err(|e| Error::io(q, "receiving shared memory", e))?;
             check_hello(got, job, q)?;
             theirs[q] = Some(open(files, q, &local, cfg)?);
+            hellos[q] = Some(got);
             sockets[q] = Some(s);
         }
         // Take the higher ranks' calls. Anything else that connects (it can see the socket's
@@ -113,8 +117,10 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
         while higher > 0 {
             let s = accept(&offer.listener, deadline).map_err(|e| Error::io(rank, "shared-memory set-up", e))?;
             match vet(s, &key, job, rank, &local, &theirs) {
-                Ok((q, s, files)) => {
+                Ok((got, s, files)) => {
+                    let q = got.rank as usize;
                     theirs[q] = Some(open(files, q, &local, cfg)?);
+                    hellos[q] = Some(got);
                     send_inbox(&s, &inbox, hello).map_err(|e| Error::io(q, "passing shared memory", e))?;
                     sockets[q] = Some(s);
                     higher -= 1;
@@ -122,12 +128,14 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
                 Err(e) => tracing::warn!("rejected a shared-memory connection: {e}"),
             }
         }
+        let pulls = agree_on_pulls(&local, &hellos, &sockets, job, cfg.shm_pull_bytes)?;
+        drop(probe);
         let mut pairs: Vec<Option<RingPair>> = (0..peers.len()).map(|_| None).collect();
         for &q in &local {
             let into = theirs[q].take().expect("every local peer passed its inbox");
             let pair = RingPair::new(q, inbox.clone(), slot(&group, rank, q), into, slot(&group, q, rank))
                 .map_err(|e| Error::Protocol { from: format!("rank {q}"), detail: e.to_string() })?;
-            pairs[q] = Some(pair);
+            pairs[q] = Some(pair.with_pulls(pulls[q]));
         }
         for s in sockets.iter().flatten() {
             s.set_nonblocking(true).map_err(|e| Error::io(rank, "shared-memory set-up", e))?;
@@ -140,8 +148,37 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
     Ok(())
 }
 
+/// Which pulls each pair makes: this rank tries to read each peer's probe word, and the two
+/// tell each other what worked (a pull needs both ends to agree).
+fn agree_on_pulls(
+    local: &[usize],
+    hellos: &[Option<Hello>],
+    sockets: &[Option<UnixStream>],
+    job: u64,
+    min: usize,
+) -> Result<Vec<Pulls>> {
+    let mut pulls = vec![Pulls { min, ..Pulls::default() }; hellos.len()];
+    for &q in local {
+        let h = hellos[q].expect("every local peer said hello");
+        let ok = can_pull(h.pid as i32, h.probe as usize, &job.to_le_bytes());
+        pulls[q].from_peer = ok.then_some(h.pid as i32);
+        let mut s = sockets[q].as_ref().expect("every local peer has a socket");
+        s.write_all(&[ok as u8]).map_err(|e| Error::io(q, "shared-memory set-up", e))?;
+    }
+    for &q in local {
+        let mut s = sockets[q].as_ref().expect("every local peer has a socket");
+        let mut b = [0u8];
+        s.read_exact(&mut b).map_err(|e| Error::io(q, "shared-memory set-up", e))?;
+        pulls[q].by_peer = b[0] == 1;
+    }
+    if local.iter().any(|&q| pulls[q].from_peer.is_none() || !pulls[q].by_peer) {
+        tracing::info!("some local ranks cannot read each other's memory (ptrace policy or containers): their large messages are copied twice");
+    }
+    Ok(pulls)
+}
+
 /// An incoming set-up connection: it must prove the key and be a higher local rank that has
-/// not connected yet. Returns that rank, the socket and its inbox's files.
+/// not connected yet. Returns its hello, the socket and its inbox's files.
 fn vet(
     mut s: UnixStream,
     key: &[u8],
@@ -149,7 +186,7 @@ fn vet(
     rank: usize,
     local: &[usize],
     seen: &[Option<PeerInbox>],
-) -> Result<(usize, UnixStream, [OwnedFd; 2])> {
+) -> Result<(Hello, UnixStream, [OwnedFd; 2])> {
     auth::server_over(&mut s, "a local process (shared memory)".into(), key)?;
     let (got, files) = recv_inbox(&s).map_err(|e| Error::io(rank, "receiving shared memory", e))?;
     let q = got.rank as usize;
@@ -160,15 +197,21 @@ fn vet(
             detail: "a shared-memory connection from a rank that should not make one".into(),
         });
     }
-    Ok((q, s, files))
+    Ok((got, s, files))
 }
 
-/// What a rank says with its inbox: which job and rank it is.
+/// What a rank says with its inbox: which job and rank it is, and where a word of its memory
+/// holding the job id is, for the peer to check it can pull from this process.
 #[derive(Clone, Copy)]
 struct Hello {
     job: u64,
     rank: u32,
+    pid: u32,
+    probe: u64,
 }
+
+/// Bytes of an encoded hello.
+const HELLO_LEN: usize = 24;
 
 fn check_hello(h: Hello, job: u64, q: usize) -> Result<()> {
     if h.job != job || h.rank as usize != q {
@@ -224,9 +267,11 @@ fn accept(listener: &UnixListener, deadline: Instant) -> std::io::Result<UnixStr
 
 /// Send our hello and inbox (its memory file and doorbell) in one message.
 fn send_inbox(s: &UnixStream, inbox: &Inbox, h: Hello) -> std::io::Result<()> {
-    let mut msg = [0u8; 12];
+    let mut msg = [0u8; HELLO_LEN];
     msg[..8].copy_from_slice(&h.job.to_le_bytes());
-    msg[8..].copy_from_slice(&h.rank.to_le_bytes());
+    msg[8..12].copy_from_slice(&h.rank.to_le_bytes());
+    msg[12..16].copy_from_slice(&h.pid.to_le_bytes());
+    msg[16..].copy_from_slice(&h.probe.to_le_bytes());
     let files = inbox.files();
     let mut space = [0u8; rustix::cmsg_space!(ScmRights(2))];
     let mut cmsg = SendAncillaryBuffer::new(&mut space);
@@ -242,7 +287,7 @@ fn send_inbox(s: &UnixStream, inbox: &Inbox, h: Hello) -> std::io::Result<()> {
 
 /// Receive a peer's hello and inbox files.
 fn recv_inbox(s: &UnixStream) -> std::io::Result<(Hello, [OwnedFd; 2])> {
-    let mut msg = [0u8; 12];
+    let mut msg = [0u8; HELLO_LEN];
     let mut space = [0u8; rustix::cmsg_space!(ScmRights(2))];
     let mut cmsg = RecvAncillaryBuffer::new(&mut space);
     let r = rustix::net::recvmsg(s.as_fd(), &mut [IoSliceMut::new(&mut msg)], &mut cmsg, RecvFlags::CMSG_CLOEXEC)?;
@@ -257,7 +302,9 @@ fn recv_inbox(s: &UnixStream) -> std::io::Result<(Hello, [OwnedFd; 2])> {
     }
     let h = Hello {
         job: u64::from_le_bytes(msg[..8].try_into().expect("8 bytes")),
-        rank: u32::from_le_bytes(msg[8..].try_into().expect("4 bytes")),
+        rank: u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")),
+        pid: u32::from_le_bytes(msg[12..16].try_into().expect("4 bytes")),
+        probe: u64::from_le_bytes(msg[16..].try_into().expect("8 bytes")),
     };
     let bell = fds.pop().expect("two fds");
     let seg = fds.pop().expect("two fds");
