@@ -6,17 +6,19 @@
 #   scripts/bench.sh llm        the inference example's decode speed beside llama.cpp
 #   scripts/bench.sh netns      direct vs ring over rate-capped links in network namespaces
 #                               (root; RDMA over softverbs)
+#   scripts/bench.sh hosts      2 namespaces x 2 ranks: shared memory inside + TCP between,
+#                               against TCP everywhere (root)
 # Each one's knobs are described at the top of scripts/bench/<name>.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 what="${1:-}"
 case "$what" in
-    peers | bindings | llm | netns)
+    peers | bindings | llm | netns | hosts)
         shift
         exec bash "$here/bench/$what.sh" "$@"
         ;;
     *)
-        sed -n '2,9p' "$0" >&2
+        sed -n '2,11p' "$0" >&2
         exit 2
         ;;
 esac
