@@ -21,6 +21,8 @@ struct Shared {
     cfg: Config,
     /// The transport's cabling, read once (transport ranks).
     cabling: Cabling,
+    /// What carries the messages to each transport rank, read once.
+    kinds: Vec<LinkKind>,
 }
 
 /// Per-group call state. Locked for the whole call: a second concurrent call gets `Busy`.
@@ -126,6 +128,7 @@ impl Group {
     pub(crate) fn from_transport(t: Box<dyn Transport>, cfg: Config) -> Group {
         let (rank, size) = (t.rank(), t.size());
         let cabling = t.cabling();
+        let kinds = (0..size).map(|p| t.link_kind(p)).collect();
         if cabling.shape() == crate::algo::select::Shape::Ring {
             tracing::info!("the RDMA links form a ring, not a full mesh: large collectives use the ring algorithms");
         }
@@ -136,6 +139,7 @@ impl Group {
                 interrupt: Mutex::new(None),
                 cfg,
                 cabling: cabling.clone(),
+                kinds,
             }),
             members: (0..size).collect(),
             me: rank,
@@ -183,7 +187,7 @@ impl Group {
     /// What carries this rank's messages to `peer` (shared memory, RDMA, TCP).
     pub fn link_kind(&self, peer: usize) -> Result<LinkKind> {
         self.check_rank("peer", peer)?;
-        Ok(self.shared.transport.lock().link_kind(self.members[peer]))
+        Ok(self.shared.kinds[self.members[peer]])
     }
 
     /// This rank, 0-based.
