@@ -6,6 +6,8 @@
 #   scripts/bench.sh llm        the inference example's decode speed beside llama.cpp
 #   scripts/bench.sh netns      direct vs ring over rate-capped links in network namespaces
 #                               (root; RDMA over softverbs)
+#   scripts/bench.sh hosts      2 namespaces x 2 ranks: shared memory inside + TCP between,
+#                               against TCP everywhere (root)
 #   scripts/bench.sh torch      torch.distributed all_reduce, backend boltccl vs gloo, beside
 #                               `boltccl bench` (after scripts/test-frameworks.sh)
 #   scripts/bench.sh overlap    compute (matrix products) while an async 64 MiB all_sum runs
@@ -14,12 +16,12 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 what="${1:-}"
 case "$what" in
-    peers | bindings | llm | netns | torch | overlap)
+    peers | bindings | llm | netns | hosts | torch | overlap)
         shift
         exec bash "$here/bench/$what.sh" "$@"
         ;;
     *)
-        sed -n '2,12p' "$0" >&2
+        sed -n '2,14p' "$0" >&2
         exit 2
         ;;
 esac

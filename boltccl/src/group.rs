@@ -9,7 +9,7 @@ use crate::algo::{direct, mesh, p2p, ring, ring_ops, Link, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
 use crate::request::{Queue, RawRequest, Scope};
-use crate::transport::{InterruptCheck, Limits, Transport};
+use crate::transport::{InterruptCheck, Limits, LinkKind, Transport};
 use crate::types::{Collective, DType, Element, ReduceOp};
 use crate::wire::Header;
 use parking_lot::Mutex;
@@ -24,6 +24,8 @@ struct Shared {
     cfg: Config,
     /// The transport's cabling, read once (transport ranks).
     cabling: Cabling,
+    /// What carries the messages to each transport rank, read once.
+    kinds: Vec<LinkKind>,
 }
 
 /// Per-group call state. Locked for the whole call: a second concurrent call gets `Busy`.
@@ -149,6 +151,7 @@ impl Group {
     pub(crate) fn from_transport(t: Box<dyn Transport>, cfg: Config) -> Group {
         let (rank, size) = (t.rank(), t.size());
         let cabling = t.cabling();
+        let kinds = (0..size).map(|p| t.link_kind(p)).collect();
         if cabling.shape() == crate::algo::select::Shape::Ring {
             tracing::info!("the RDMA links form a ring, not a full mesh: large collectives use the ring algorithms");
         }
@@ -159,6 +162,7 @@ impl Group {
                 interrupt: Mutex::new(None),
                 cfg,
                 cabling: cabling.clone(),
+                kinds,
             }),
             members: (0..size).collect(),
             me: rank,
@@ -180,7 +184,7 @@ impl Group {
 
     /// Like [`Group::local_world`] with the settings of `template` (rank and size are set here).
     pub fn local_world_with(n: usize, template: &Config) -> Vec<Group> {
-        crate::transport::mem::world(n)
+        crate::transport::mem::world(n, template.shm_ring_bytes, template.shm_pull_bytes)
             .into_iter()
             .enumerate()
             .map(|(rank, t)| Group::from_transport(Box::new(t), Config { rank, world_size: n, ..template.clone() }))
@@ -203,6 +207,13 @@ impl Group {
     /// from the size and the cabling; for all-gather the output, for reduce-scatter the input).
     pub fn algorithm(&self, coll: Collective, bytes: usize) -> Algo {
         self.core.algorithm(coll, bytes)
+    }
+
+    /// What carries this rank's messages to `peer` (shared memory, RDMA, TCP).
+    pub fn link_kind(&self, peer: usize) -> Result<LinkKind> {
+        let core = &self.core;
+        core.check_rank("peer", peer)?;
+        Ok(core.shared.kinds[core.members[peer]])
     }
 
     /// This rank, 0-based.

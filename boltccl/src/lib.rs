@@ -41,7 +41,7 @@ pub use half::{bf16, f16};
 #[cfg(feature = "stderr-log")]
 pub use log::log_to_stderr;
 pub use request::{OnComplete, RawRequest, Request, Scope};
-pub use transport::InterruptCheck;
+pub use transport::{InterruptCheck, LinkKind};
 pub use types::{Collective, DType, Element, ReduceOp};
 
 /// The library version (also checked between ranks at start-up).

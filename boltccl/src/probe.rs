@@ -20,6 +20,37 @@ pub fn host_name() -> String {
     rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
+/// Which kernel and network namespace this process runs in: ranks with the same identity can
+/// share memory (the same boot, and abstract unix sockets reach each other), whatever their
+/// host names say. Empty where it cannot be told (shared memory is then not offered).
+pub fn host_identity() -> String {
+    #[cfg(target_os = "linux")]
+    {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+        if boot.trim().is_empty() || netns.is_empty() {
+            return String::new();
+        }
+        format!("{}/{netns}", boot.trim())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        String::new()
+    }
+}
+
+/// Whether ranks on this host can share memory: the segment, the doorbell and the set-up
+/// socket are made and dropped at once. `Ok` carries the host identity they would match on.
+pub fn shared_memory() -> Result<String> {
+    let id = host_identity();
+    if id.is_empty() {
+        return Err(Error::Unsupported("no host identity on this OS: ranks on one host use TCP".into()));
+    }
+    crate::transport::shm::ring::Inbox::create(0, 1, 4096).map_err(|e| Error::io(0, "creating shared memory", e))?;
+    crate::transport::shm::setup::Offer::bind()?;
+    Ok(id)
+}
+
 /// One RDMA device as this node sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {

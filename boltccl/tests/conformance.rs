@@ -1,6 +1,6 @@
 //! Conformance: every collective × world sizes 1–8 × lengths {0, 1, prime, many chunks} ×
-//! every element type × every algorithm, over the in-process transport (ranks as threads) and
-//! over TCP (ranks as separate processes). Results are checked against a sequential reference
+//! every element type × every algorithm, over the in-process transport (ranks as threads),
+//! over TCP and over shared memory (ranks as separate processes). Results are checked against a sequential reference
 //! and must be bitwise identical on all ranks — and, for the rank-order algorithms (mesh,
 //! direct, auto), identical between algorithms.
 
@@ -19,8 +19,15 @@ const CHUNK: usize = 64;
 
 fn run_in_process(n: usize, algo: Algo) -> Vec<u64> {
     // A small mesh threshold so `auto` uses both mesh and direct within the suite.
-    let cfg =
-        Config { algo, chunk_bytes: CHUNK, mesh_max_bytes: 256, timeout: Duration::from_secs(20), ..Config::default() };
+    // Small rings, so frames wrap around them and writers wait for room.
+    let cfg = Config {
+        algo,
+        chunk_bytes: CHUNK,
+        mesh_max_bytes: 256,
+        shm_ring_bytes: 4096,
+        timeout: Duration::from_secs(20),
+        ..Config::default()
+    };
     on_threads(Group::local_world_with(n, &cfg), |_, g| suite(g))
 }
 
@@ -60,6 +67,7 @@ fn tcp_processes_every_world_size_and_algorithm() {
     for n in 1..=8 {
         for algo in ALGOS {
             let env = [
+                ("BOLTCCL_BACKEND", "tcp".to_string()),
                 ("BOLTCCL_ALGO", algo.name().to_string()),
                 ("BOLTCCL_CHUNK_BYTES", CHUNK.to_string()),
                 ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
@@ -77,6 +85,7 @@ fn tcp_processes_every_world_size_and_algorithm() {
     // Several connections per peer: pieces are striped across them, results unchanged.
     for algo in [Algo::Auto, Algo::Ring] {
         let env = [
+            ("BOLTCCL_BACKEND", "tcp".to_string()),
             ("BOLTCCL_ALGO", algo.name().to_string()),
             ("BOLTCCL_CHUNK_BYTES", CHUNK.to_string()),
             ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
@@ -93,6 +102,65 @@ fn tcp_processes_every_world_size_and_algorithm() {
         let mem = format!("{:x}", run_in_process(n, Algo::Auto)[0]);
         assert_eq!(per_world[&n], mem, "world {n}: TCP and in-process results differ");
     }
+}
+
+/// The same over shared memory (ranks as processes on this host): rings of the default size;
+/// 4 KiB rings with 1 MiB chunks, so frames are larger than the ring, wrap around it and wait
+/// for room; and 4 KiB pieces pulled straight from the sender's memory (shorter ones through
+/// the ring). The bits equal TCP's and the in-process transport's.
+#[test]
+fn shm_processes_every_world_size_and_algorithm() {
+    let variants = [
+        ("1048576", CHUNK, "65536", vec![1, 2, 3, 4, 5, 6, 7, 8]),
+        ("4096", 1 << 20, "0", vec![2, 3, 5, 8]),
+        ("1048576", 4096, "4096", vec![2, 3, 5, 8]),
+    ];
+    for (ring, chunk, pull, sizes) in variants {
+        for n in sizes {
+            let mut per_algo: Option<String> = None;
+            for algo in ALGOS {
+                let env = [
+                    ("BOLTCCL_BACKEND", "shm".to_string()),
+                    ("BOLTCCL_SHM_RING_BYTES", ring.to_string()),
+                    ("BOLTCCL_SHM_PULL_BYTES", pull.to_string()),
+                    ("BOLTCCL_ALGO", algo.name().to_string()),
+                    ("BOLTCCL_CHUNK_BYTES", chunk.to_string()),
+                    ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
+                    ("BOLTCCL_TIMEOUT_MS", "20000".to_string()),
+                    ("BOLTCCL_LOG", "boltccl=info".to_string()),
+                ];
+                let outs = Ranks::spawn(n, "tcp_worker", &env).wait(Duration::from_secs(120));
+                let d = results(&outs, "DIGEST ");
+                assert!(d.iter().all(|x| x == &d[0]), "world {n} {algo:?} ring {ring}: ranks differ: {d:?}");
+                if n > 1 {
+                    for o in &outs {
+                        assert!(
+                            o.stderr.contains("shared-memory links ready"),
+                            "rank {} did not use shared memory",
+                            o.rank
+                        );
+                    }
+                }
+                if algo != Algo::Ring {
+                    let first = per_algo.get_or_insert_with(|| d[0].clone());
+                    assert_eq!(first, &d[0], "world {n} ring {ring}: {algo:?} over shared memory gave different bits");
+                    let mem = format!("{:x}", run_in_process(n, algo)[0]);
+                    assert_eq!(mem, d[0], "world {n}: shared memory and in-process results differ");
+                }
+            }
+        }
+    }
+}
+
+/// Threads pull pieces straight from each other's memory as processes do: the same bits as
+/// through the rings.
+#[test]
+fn pulls_between_threads_give_the_same_bits() {
+    let digest = |pull: usize| {
+        let cfg = Config { chunk_bytes: 4096, shm_pull_bytes: pull, mesh_max_bytes: 256, ..Config::default() };
+        on_threads(Group::local_world_with(3, &cfg), |_, g| suite(g))[0]
+    };
+    assert_eq!(digest(4096), digest(0));
 }
 
 /// The ring all-gather, reduce-scatter and broadcast cut large calls into segments and

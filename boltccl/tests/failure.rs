@@ -79,7 +79,10 @@ fn failure_worker() {
     }
 }
 
-fn dead_or_stalled_rank(scenario: &str, timeout_ms: u64) -> Vec<(usize, u128, String)> {
+/// The links every failure scenario runs over: TCP sockets and shared memory.
+const BACKENDS: [&str; 2] = ["tcp", "shm"];
+
+fn dead_or_stalled_rank(scenario: &str, backend: &str, timeout_ms: u64) -> Vec<(usize, u128, String)> {
     let dir = tempfile::tempdir().unwrap();
     let stamp = dir.path().join("stamp");
     let victim = 2usize;
@@ -87,6 +90,7 @@ fn dead_or_stalled_rank(scenario: &str, timeout_ms: u64) -> Vec<(usize, u128, St
         4,
         "failure_worker",
         &[
+            ("BOLTCCL_BACKEND", backend.into()),
             ("SCENARIO", scenario.into()),
             ("VICTIM", victim.to_string()),
             ("STAMP", stamp.display().to_string()),
@@ -124,18 +128,22 @@ fn dead_or_stalled_rank(scenario: &str, timeout_ms: u64) -> Vec<(usize, u128, St
 
 #[test]
 fn killed_rank_is_named_by_every_survivor_within_2s() {
-    for (rank, after, err) in dead_or_stalled_rank("kill", 30_000) {
-        assert!(err.contains("rank 2"), "rank {rank}: error does not name rank 2: {err}");
-        assert!(after < 2_000, "rank {rank} took {after} ms to notice: {err}");
+    for backend in BACKENDS {
+        for (rank, after, err) in dead_or_stalled_rank("kill", backend, 30_000) {
+            assert!(err.contains("rank 2"), "{backend}: rank {rank}: error does not name rank 2: {err}");
+            assert!(after < 2_000, "{backend}: rank {rank} took {after} ms to notice: {err}");
+        }
     }
 }
 
 #[test]
 fn stopped_rank_fails_the_others_at_the_deadline() {
-    for (rank, after, err) in dead_or_stalled_rank("stop", 2_000) {
-        assert!(err.contains("rank 2"), "rank {rank}: error does not name rank 2: {err}");
-        assert!(err.contains("timed out"), "rank {rank}: not a timeout: {err}");
-        assert!((1_500..10_000).contains(&after), "rank {rank} failed {after} ms after the stop: {err}");
+    for backend in BACKENDS {
+        for (rank, after, err) in dead_or_stalled_rank("stop", backend, 2_000) {
+            assert!(err.contains("rank 2"), "{backend}: rank {rank}: error does not name rank 2: {err}");
+            assert!(err.contains("timed out"), "{backend}: rank {rank}: not a timeout: {err}");
+            assert!((1_500..10_000).contains(&after), "{backend}: rank {rank} failed {after} ms after the stop: {err}");
+        }
     }
 }
 
@@ -157,8 +165,8 @@ fn wrong_job_key_is_rejected() {
 
 #[test]
 fn mismatched_counts_fail_on_every_rank() {
-    for (label, base) in [("mesh", 1000usize), ("direct", 300_000)] {
-        let mut env = vec![("SCENARIO", "mismatch".to_string())];
+    for (label, base, backend) in BACKENDS.iter().flat_map(|&b| [("mesh", 1000usize, b), ("direct", 300_000, b)]) {
+        let mut env = vec![("SCENARIO", "mismatch".to_string()), ("BOLTCCL_BACKEND", backend.to_string())];
         let keys: Vec<String> = (0..4).map(|r| format!("COUNT_{r}")).collect();
         for (r, k) in keys.iter().enumerate() {
             env.push((k.as_str(), if r == 2 { base - 1 } else { base }.to_string()));

@@ -107,7 +107,7 @@ fn conformance_6_ranks_ring() {
 #[test]
 fn conformance_4_ranks_in_network_namespaces() {
     let n = 4;
-    let Some(ns) = MeshNetns::create(n) else {
+    let Some(ns) = MeshNetns::create(n, 'v') else {
         eprintln!("SKIPPED conformance_4_ranks_in_network_namespaces: cannot create network namespaces (needs root and iproute2 `ip`)");
         return;
     };
@@ -140,6 +140,66 @@ fn conformance_4_ranks_in_network_namespaces() {
     }
 }
 
+/// Two "hosts" (network namespaces) of two ranks each: shared memory between the ranks of a
+/// host; across hosts RDMA (softverbs over the veth between them) with `auto` and a device
+/// matrix, or TCP without one. Every rank gets the in-process reference's bits.
+#[test]
+fn two_hosts_of_two_ranks_share_memory_inside() {
+    let Some(ns) = MeshNetns::create(2, 'h') else {
+        eprintln!("SKIPPED two_hosts_of_two_ranks_share_memory_inside: cannot create network namespaces (needs root and iproute2 `ip`)");
+        return;
+    };
+    let host = |rank: usize| rank / 2;
+    let rows: Vec<String> = (0..4)
+        .map(|i| {
+            let cells: Vec<String> = (0..4)
+                .map(|j| {
+                    if host(i) == host(j) {
+                        "null".into()
+                    } else {
+                        format!("\"rdma_{}\"", ns.iface(host(i), host(j)))
+                    }
+                })
+                .collect();
+            format!("[{}]", cells.join(","))
+        })
+        .collect();
+    let matrix = matrix_file("twohosts", &format!("[{}]", rows.join(",")));
+    let reference = reference_digest(4, Algo::Auto, &matrix);
+    let port = 29_500 + (std::process::id() % 400) as u16;
+    for rdma in [true, false] {
+        let names = ns.names.clone();
+        let mut job = Job::new(4, "verbs_worker")
+            .coordinator(format!("{}:{port}", ns.identity(0)))
+            .wrap(move |k| ["ip", "netns", "exec", &names[host(k)]].map(String::from).to_vec())
+            .env("BOLTCCL_BACKEND", "auto")
+            .env("BOLTCCL_CHUNK_BYTES", "64")
+            .env("BOLTCCL_MESH_MAX_BYTES", "256")
+            .env("BOLTCCL_LOG", "boltccl=info")
+            .env("SOFTVERBS_QUIET", "1");
+        if rdma {
+            job = job
+                .env("BOLTCCL_IBV_LIBRARY", softverbs_lib().display().to_string())
+                .env("BOLTCCL_IBV_DEVICES", matrix.display().to_string());
+        }
+        let outs = job.spawn().wait(Duration::from_secs(120));
+        let d = results(&outs, "RESULT ");
+        assert!(d.iter().all(|x| x == &d[0]), "rdma {rdma}: ranks differ: {d:?}");
+        assert_eq!(d[0], reference, "rdma {rdma}: two hosts differ from in-process");
+        for o in &outs {
+            assert!(o.stderr.contains("shared-memory links ready"), "rank {} shared no memory:\n{}", o.rank, o.stderr);
+            assert_eq!(
+                o.stderr.contains("RDMA verbs mesh ready"),
+                rdma,
+                "rank {}: RDMA between hosts {}:\n{}",
+                o.rank,
+                if rdma { "missing" } else { "unexpected" },
+                o.stderr
+            );
+        }
+    }
+}
+
 /// Two ranks in two namespaces joined by two veth pairs ("cables"), each on its own /24, with
 /// strict reverse-path filtering so a packet that leaves by the wrong cable is dropped, as it
 /// would never arrive over a Thunderbolt cable that goes elsewhere. The device matrix lists
@@ -147,8 +207,8 @@ fn conformance_4_ranks_in_network_namespaces() {
 /// crossed pairing would time out), then stripe messages over both.
 #[test]
 fn two_cables_listed_in_different_orders_are_matched() {
-    let tag = std::process::id() % 10_000;
-    let mut ns = MeshNetns { names: vec![], tag };
+    let tag = format!("c{}", std::process::id() % 10_000);
+    let mut ns = MeshNetns { names: vec![], tag: tag.clone() };
     let names = [format!("bcclc{tag}_0"), format!("bcclc{tag}_1")];
     let dev = |c: usize, end: char| format!("bx{tag}{c}{end}");
     let mut ok = true;

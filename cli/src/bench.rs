@@ -7,7 +7,7 @@
 //! reduce_scatter, 1 for broadcast and send/recv). The same protocol as the peers' scripts in
 //! `shared/bench/peers`, so the figures compare directly.
 
-use boltccl::{Collective, Group};
+use boltccl::{Collective, Group, LinkKind};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -288,7 +288,27 @@ fn time(g: &Group, args: &BenchArgs, op: Op, count: usize, bufs: &mut Buffers) -
     Ok((iters, med[0]))
 }
 
-fn print_header(g: &Group, args: &BenchArgs) {
+/// How the group's pairs are linked, e.g. "6 pairs over shared memory" (counted on every rank).
+fn links(g: &Group) -> boltccl::Result<String> {
+    const KINDS: [LinkKind; 3] = [LinkKind::SharedMemory, LinkKind::Rdma, LinkKind::Tcp];
+    let mut counts = [0u32; 3];
+    for p in (0..g.size()).filter(|&p| p != g.rank()) {
+        let kind = g.link_kind(p)?;
+        if let Some(i) = KINDS.iter().position(|&k| k == kind) {
+            counts[i] += 1;
+        }
+    }
+    g.all_sum(&mut counts)?;
+    let parts: Vec<String> = KINDS
+        .iter()
+        .zip(counts)
+        .filter(|(_, c)| *c > 0)
+        .map(|(k, c)| format!("{} pair{} over {}", c / 2, if c / 2 == 1 { "" } else { "s" }, k.name()))
+        .collect();
+    Ok(if parts.is_empty() { "none (one rank)".into() } else { parts.join(", ") })
+}
+
+fn print_header(g: &Group, args: &BenchArgs, links: &str) {
     let cfg = g.config();
     println!(
         "# boltccl bench: {} ranks, float32, BOLTCCL_ALGO {}, chunk {}, budget {} s per size, busy-poll {}",
@@ -298,6 +318,7 @@ fn print_header(g: &Group, args: &BenchArgs) {
         args.budget_s,
         cfg.spin.map(|d| format!("{} us", d.as_micros())).unwrap_or_else(|| "auto".into())
     );
+    println!("# links: {links}");
     println!(
         "# {:>10}  {:<15} {:<7} {:>12} {:>12} {:>12} {:>7}  check",
         "size", "op", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "iters"
@@ -338,8 +359,9 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
     let largest = *sizes.iter().max().unwrap_or(&4);
     let elems = largest.div_ceil(4 * n) * n;
     let mut bufs = Buffers { a: vec![0f32; elems], b: vec![0f32; elems], touched: 0 };
+    let links = links(&g).map_err(|e| e.to_string())?;
     if rank == 0 {
-        print_header(&g, args);
+        print_header(&g, args, &links);
     }
     let mut records = Vec::new();
     let mut all_ok = true;

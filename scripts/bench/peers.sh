@@ -3,9 +3,10 @@
 # Gloo) in one run on this machine, with the peers' own harness (../shared/bench/peers).
 #   scripts/bench.sh peers            # installs the peers on first use (apt, pip)
 # Knobs: PEER_NS ("2 4"), PEER_ROUNDS (1), PEER_BUDGET_S (2.0), PEER_SIZES, BENCH_OUT;
-# BOLTCCL_BASELINE=/path/to/an/older/boltccl adds its figures as column "boltccl-baseline",
-# measured in the same run (for before/after comparisons of a change); BOLTCCL_BIN measures a
-# given build instead of building this checkout.
+# boltccl runs twice: "boltccl" as a user gets it (shared memory between these local ranks) and
+# "boltccl-tcp" with BOLTCCL_BACKEND=tcp. BOLTCCL_BASELINE=/path/to/an/older/boltccl adds its
+# figures as column "boltccl-baseline", measured in the same run (for before/after comparisons
+# of a change); BOLTCCL_BIN measures a given build instead of building this checkout.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PEERS="${PEERS_DIR:-$ROOT/../shared/bench/peers}"
@@ -19,16 +20,17 @@ if [ -z "${BOLTCCL_BIN:-}" ]; then
   cargo build --release --manifest-path "$ROOT/Cargo.toml" -p boltccl-cli
 fi
 BIN="${BOLTCCL_BIN:-$ROOT/target/release/boltccl}"
-BINS=("boltccl=$BIN")
-[ -n "${BOLTCCL_BASELINE:-}" ] && BINS+=("boltccl-baseline=$BOLTCCL_BASELINE")
+# label=backend=binary
+BINS=("boltccl=auto=$BIN" "boltccl-tcp=tcp=$BIN")
+[ -n "${BOLTCCL_BASELINE:-}" ] && BINS+=("boltccl-baseline=auto=$BOLTCCL_BASELINE")
 bash "$PEERS/run_all.sh"
 RES="$(ls -t "$OUT"/run-*.jsonl | head -1)"
 for round in $(seq 1 "$PEER_ROUNDS"); do
   for n in $PEER_NS; do
     for entry in "${BINS[@]}"; do
-      label="${entry%%=*}" bin="${entry#*=}"
+      IFS== read -r label backend bin <<<"$entry"
       echo "--- n=$n $label (round $round)"
-      "$bin" bench -n "$n" --ops all-sum --sizes "$PEER_SIZES" --budget-s "$PEER_BUDGET_S" \
+      BOLTCCL_BACKEND="$backend" "$bin" bench -n "$n" --ops all-sum --sizes "$PEER_SIZES" --budget-s "$PEER_BUDGET_S" \
         --json "$RES" --round "$round" --label "$label" || echo "$label n=$n failed rc=$?"
     done
   done

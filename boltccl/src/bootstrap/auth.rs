@@ -80,6 +80,11 @@ fn check_hello(peer: &str, head: &[u8]) -> Result<()> {
 /// Run the client side of the handshake. The stream must have read/write timeouts set.
 pub fn client(s: &mut TcpStream, key: &[u8]) -> Result<()> {
     let peer = peer_name(s);
+    client_over(s, peer, key)
+}
+
+/// The client side of the handshake over any stream (`peer` names it in errors).
+pub fn client_over(s: &mut (impl Read + Write), peer: String, key: &[u8]) -> Result<()> {
     let nc = nonce();
     let mut hello = Vec::with_capacity(26);
     hello.extend_from_slice(MAGIC);
@@ -105,6 +110,11 @@ pub fn client(s: &mut TcpStream, key: &[u8]) -> Result<()> {
 /// Run the server side of the handshake. The stream must have read/write timeouts set.
 pub fn server(s: &mut TcpStream, key: &[u8]) -> Result<()> {
     let peer = peer_name(s);
+    server_over(s, peer, key)
+}
+
+/// The server side of the handshake over any stream (`peer` names it in errors).
+pub fn server_over(s: &mut (impl Read + Write), peer: String, key: &[u8]) -> Result<()> {
     let mut hello = [0u8; 26];
     s.read_exact(&mut hello).map_err(|e| io_err(&peer, "handshake", e))?;
     if &hello[..8] != MAGIC {

@@ -37,12 +37,22 @@ struct Hello {
     settings: Vec<(String, String)>,
     data_addr: SocketAddr,
     host: String,
+    /// Which machine and network namespace this rank runs in (see [`crate::probe::host_identity`]).
+    host_id: String,
+    /// Where this rank takes shared-memory links, when it offers them.
+    shm: Option<String>,
 }
 
+/// What every rank learns about every other.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct PeerInfo {
+pub(crate) struct PeerInfo {
     data_addr: SocketAddr,
-    host: String,
+    /// Host name.
+    pub host: String,
+    /// Host identity: ranks with equal ones share a kernel and a network namespace.
+    pub host_id: String,
+    /// The rank's shared-memory set-up address, when it offers shared memory.
+    pub shm: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -217,12 +227,16 @@ pub(crate) struct Rendezvous {
     pub links: Vec<Vec<TcpStream>>,
     /// The control connections: rank 0 has one to every other rank, the others one to rank 0.
     pub control: Vec<Option<TcpStream>>,
-    /// Every rank's host name, in rank order.
-    pub hosts: Vec<String>,
+    /// Every rank, in rank order.
+    pub peers: Vec<PeerInfo>,
+    /// Identifies the job (the same on every rank).
+    pub job: u64,
 }
 
-/// Form the group described by `cfg` over TCP. Blocks until done or the init deadline passes.
-pub(crate) fn connect(cfg: &Config) -> Result<Rendezvous> {
+/// Form the group described by `cfg` over TCP. `links` names the links this rank will use
+/// (agreed like every setting); `shm` is where it takes shared-memory links, if it offers them.
+/// Blocks until done or the init deadline passes.
+pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Rendezvous> {
     let deadline = Instant::now() + cfg.init_timeout;
     let key = key_of(cfg);
     let coord = cfg.coordinator_addr()?;
@@ -245,9 +259,11 @@ pub(crate) fn connect(cfg: &Config) -> Result<Rendezvous> {
         rank,
         world_size: size,
         version: env!("CARGO_PKG_VERSION").to_string(),
-        settings: cfg.agreed_settings(),
+        settings: cfg.agreed_settings(links),
         data_addr,
         host: crate::probe::host_name(),
+        host_id: crate::probe::host_identity(),
+        shm: shm.map(String::from),
     };
     tracing::debug!(rank, %data_addr, "bootstrap: hello");
 
@@ -305,7 +321,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<Rendezvous> {
     let links: Vec<Vec<TcpStream>> = links.into_iter().map(|l| l.into_iter().flatten().collect()).collect();
 
     let control: Vec<Option<TcpStream>> = if rank == 0 { control } else { vec![to_coord] };
-    Ok(Rendezvous { links, control, hosts: peers.into_iter().map(|p| p.host).collect() })
+    Ok(Rendezvous { links, control, peers, job })
 }
 
 /// Rank 0's side of step 3. Returns the job id, the table and the control connections.
@@ -341,7 +357,7 @@ fn coordinate(
     for slot in slots {
         let (s, h) = slot.ok_or_else(|| Error::Internal("missing rank after gather".into()))?;
         conns.push(s);
-        peers.push(PeerInfo { data_addr: h.data_addr, host: h.host });
+        peers.push(PeerInfo { data_addr: h.data_addr, host: h.host, host_id: h.host_id, shm: h.shm });
     }
     if let Some((rank, what)) = problem {
         for s in conns.iter_mut().flatten() {

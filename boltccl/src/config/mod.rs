@@ -23,6 +23,7 @@ impl Backend {
     pub fn name(self) -> &'static str {
         match self {
             Backend::Tcp => "tcp",
+            Backend::Shm => "shm",
             Backend::Verbs => "verbs",
             Backend::Auto => "auto",
         }
@@ -32,11 +33,13 @@ impl Backend {
 /// Which transport to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// TCP sockets.
+    /// TCP sockets everywhere.
     Tcp,
-    /// RDMA verbs (UC queue pairs).
+    /// Shared memory between ranks on one host, TCP between hosts.
+    Shm,
+    /// RDMA verbs (UC queue pairs) for the pairs the device matrix cables, TCP for the rest.
     Verbs,
-    /// Verbs where RDMA devices are configured, otherwise TCP.
+    /// Shared memory on a host, RDMA where configured and present, TCP for the rest.
     Auto,
 }
 
@@ -84,6 +87,10 @@ pub struct Config {
     pub backend: Backend,
     /// Algorithm selection.
     pub algo: Algo,
+    /// Bytes of each shared-memory ring.
+    pub shm_ring_bytes: usize,
+    /// Smallest payload pulled in one copy between ranks of one host (0: never).
+    pub shm_pull_bytes: usize,
     /// Pipelining chunk size in bytes.
     pub chunk_bytes: usize,
     /// Auto selection: reductions up to this size use the mesh algorithm.
@@ -124,6 +131,8 @@ impl Default for Config {
             init_timeout: Duration::ZERO,
             backend: Backend::Auto,
             algo: Algo::Auto,
+            shm_ring_bytes: 0,
+            shm_pull_bytes: 0,
             chunk_bytes: 0,
             mesh_max_bytes: 0,
             tcp_streams: 0,
@@ -230,6 +239,12 @@ impl Config {
                 self.chunk_bytes
             )));
         }
+        if self.shm_ring_bytes < 4096 || self.shm_ring_bytes % 64 != 0 || self.shm_ring_bytes > 1 << 30 {
+            return Err(Error::Config(format!(
+                "{SHM_RING_BYTES}={}: must be a multiple of 64 between 4096 and 1 GiB",
+                self.shm_ring_bytes
+            )));
+        }
         if !(1..=16).contains(&self.tcp_streams) {
             return Err(Error::Config(format!("{TCP_STREAMS}={}: must be between 1 and 16", self.tcp_streams)));
         }
@@ -275,21 +290,21 @@ impl Config {
             .ok_or_else(|| Error::Config(format!("{COORDINATOR}={text}: resolves to no address")))
     }
 
-    /// The settings that every rank must agree on, as (name, value) pairs.
-    pub(crate) fn agreed_settings(&self) -> Vec<(String, String)> {
+    /// The settings that every rank must agree on, as (name, value) pairs; `links` names the
+    /// links this rank will use (after `auto` is resolved).
+    pub(crate) fn agreed_settings(&self, links: &str) -> Vec<(String, String)> {
         vec![
             (ALGO.to_string(), self.algo.name().to_string()),
             (CHUNK_BYTES.to_string(), self.chunk_bytes.to_string()),
             (MESH_MAX_BYTES.to_string(), self.mesh_max_bytes.to_string()),
             (TCP_STREAMS.to_string(), self.tcp_streams.to_string()),
+            (SHM_RING_BYTES.to_string(), self.shm_ring_bytes.to_string()),
+            (SHM_PULL_BYTES.to_string(), self.shm_pull_bytes.to_string()),
             ("world size".to_string(), self.world_size.to_string()),
             // The element-type numbering is wire format: a rank built with another is refused.
             ("element types".to_string(), crate::types::DType::ALL.map(|d| d.name()).join(",")),
             // After `auto` is resolved: one rank on RDMA and another on TCP must not meet.
-            (
-                "transport (BOLTCCL_BACKEND; auto picks tcp where RDMA is unavailable)".to_string(),
-                self.backend.name().to_string(),
-            ),
+            ("transport (BOLTCCL_BACKEND; auto uses TCP where RDMA is unavailable)".to_string(), links.to_string()),
         ]
     }
 }

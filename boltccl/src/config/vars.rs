@@ -22,6 +22,10 @@ pub const INIT_TIMEOUT_MS: &str = "BOLTCCL_INIT_TIMEOUT_MS";
 pub const BACKEND: &str = "BOLTCCL_BACKEND";
 /// Algorithm choice.
 pub const ALGO: &str = "BOLTCCL_ALGO";
+/// Bytes of each shared-memory ring.
+pub const SHM_RING_BYTES: &str = "BOLTCCL_SHM_RING_BYTES";
+/// Smallest payload pulled in one copy.
+pub const SHM_PULL_BYTES: &str = "BOLTCCL_SHM_PULL_BYTES";
 /// Pipelining unit.
 pub const CHUNK_BYTES: &str = "BOLTCCL_CHUNK_BYTES";
 /// Largest mesh all-reduce.
@@ -163,14 +167,15 @@ pub const VARS: &[Var] = &[
     Var {
         name: BACKEND,
         default: "auto",
-        help: "tcp, verbs or auto (verbs where RDMA devices are configured, else TCP).",
+        help: "Which links carry the data. auto: shared memory between ranks on one host, RDMA where a device matrix cables a pair and the verbs library lists devices, TCP for the rest. shm: shared memory on a host, TCP between hosts. verbs: RDMA for cabled pairs, TCP for the rest. tcp: TCP everywhere.",
         fallbacks: &[],
         apply: |c, v| {
             c.backend = match v.to_ascii_lowercase().as_str() {
                 "tcp" => Backend::Tcp,
+                "shm" => Backend::Shm,
                 "verbs" | "rdma" | "ibv" => Backend::Verbs,
                 "auto" => Backend::Auto,
-                _ => return Err("expected tcp, verbs or auto".into()),
+                _ => return Err("expected auto, shm, verbs or tcp".into()),
             };
             Ok(())
         },
@@ -182,6 +187,26 @@ pub const VARS: &[Var] = &[
         fallbacks: &[],
         apply: |c, v| {
             c.algo = parse_algo(v).ok_or("expected auto, mesh, direct or ring")?;
+            Ok(())
+        },
+    },
+    Var {
+        name: SHM_RING_BYTES,
+        default: "1048576",
+        help: "Bytes of each shared-memory ring (one per pair of ranks on a host, in the receiver's memory): a multiple of 64, at least 4096. Must agree on all ranks.",
+        fallbacks: &[],
+        apply: |c, v| {
+            c.shm_ring_bytes = num(v)?;
+            Ok(())
+        },
+    },
+    Var {
+        name: SHM_PULL_BYTES,
+        default: "65536",
+        help: "Between ranks of one host, payloads at least this long are copied once, straight from the sender's memory (process_vm_readv, on Linux where the system allows it), instead of twice through the ring; 0 turns that off. Must agree on all ranks.",
+        fallbacks: &[],
+        apply: |c, v| {
+            c.shm_pull_bytes = num(v)?;
             Ok(())
         },
     },

@@ -3,8 +3,9 @@
 
 use super::progress::{Channel, Control, Engine, WaitPolicy};
 use super::tcp::TcpChannel;
-use super::{control::StarControl, Limits, OnRecv, RecvOp, SendOp, Transport};
+use super::{control::StarControl, Limits, LinkKind, OnRecv, RecvOp, SendOp, Transport};
 use crate::algo::select::Cabling;
+use crate::bootstrap::{PeerInfo, Rendezvous};
 use crate::config::Config;
 use crate::error::{Error, Result};
 
@@ -30,13 +31,10 @@ impl Mesh {
         Mesh { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
     }
 
-    /// Form the group over TCP (the bootstrap: coordinator, authentication, agreed settings)
-    /// with every pair on the TCP mesh.
-    pub(crate) fn over_tcp(cfg: &Config) -> Result<Mesh> {
-        let boot = crate::bootstrap::connect(cfg)?;
+    /// Every pair on the TCP mesh of a formed group.
+    pub(crate) fn over_tcp(cfg: &Config, boot: Rendezvous) -> Result<Mesh> {
         let (rank, size) = (cfg.rank, cfg.world_size);
-        let me = &boot.hosts[rank];
-        let local = cfg.local_world_size.unwrap_or_else(|| boot.hosts.iter().filter(|h| *h == me).count());
+        let local = cfg.local_world_size.unwrap_or_else(|| local_ranks(&boot.peers, rank));
         let wait = WaitPolicy::here(local, cfg.spin);
         tracing::debug!(rank, local, ?wait, "bootstrap: mesh connected");
         let io = |e| Error::io(rank, "socket setup", e);
@@ -45,14 +43,17 @@ impl Mesh {
         Ok(Mesh::new(rank, size, Box::new(tcp), Box::new(control), wait))
     }
 
-    /// Serve `peers` with `channel` from now on, and choose algorithms from `cabling`.
-    pub(crate) fn attach(&mut self, channel: Box<dyn Channel>, peers: &[usize], cabling: Cabling) {
+    /// Serve `peers` with `channel` from now on, and choose algorithms from `cabling` when the
+    /// channel's links are not all alike.
+    pub(crate) fn attach(&mut self, channel: Box<dyn Channel>, peers: &[usize], cabling: Option<Cabling>) {
         let c = self.engine.channels.len();
         self.engine.channels.push(channel);
         for &p in peers {
             self.engine.route[p] = c;
         }
-        self.cabling = cabling;
+        if let Some(cabling) = cabling {
+            self.cabling = cabling;
+        }
     }
 }
 
@@ -92,4 +93,18 @@ impl Transport for Mesh {
     fn cabling(&self) -> Cabling {
         self.cabling.clone()
     }
+
+    fn link_kind(&self, peer: usize) -> LinkKind {
+        if peer == self.rank {
+            return LinkKind::Local;
+        }
+        self.engine.channels[self.engine.route[peer]].kind()
+    }
+}
+
+/// How many ranks run on `rank`'s host (the same host identity, or the same name where the
+/// identity is unknown).
+fn local_ranks(peers: &[PeerInfo], rank: usize) -> usize {
+    let me = &peers[rank];
+    peers.iter().filter(|p| if me.host_id.is_empty() { p.host == me.host } else { p.host_id == me.host_id }).count()
 }

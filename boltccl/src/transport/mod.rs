@@ -14,6 +14,8 @@ pub(crate) mod control;
 pub(crate) mod mem;
 pub(crate) mod mesh;
 pub(crate) mod progress;
+pub(crate) mod shm;
+pub(crate) mod stream;
 pub(crate) mod tcp;
 pub(crate) mod verbs;
 
@@ -68,6 +70,31 @@ impl Limits {
     }
 }
 
+/// What carries a pair's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LinkKind {
+    /// The rank itself: nothing moves.
+    Local,
+    /// Shared memory (both ranks on one host).
+    SharedMemory,
+    /// RDMA verbs queue pairs.
+    Rdma,
+    /// TCP sockets.
+    Tcp,
+}
+
+impl LinkKind {
+    /// How the kind is named in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkKind::Local => "local",
+            LinkKind::SharedMemory => "shared memory",
+            LinkKind::Rdma => "RDMA",
+            LinkKind::Tcp => "TCP",
+        }
+    }
+}
+
 /// Called with all receives and the index of the one that just completed.
 pub type OnRecv<'c> = dyn FnMut(&[RecvOp<'_>], usize) -> Result<()> + 'c;
 
@@ -92,49 +119,69 @@ pub trait Transport: Send {
     fn abort(&mut self, cause: &Error);
     /// Which pairs of ranks have a fast direct link; algorithms are chosen from it.
     fn cabling(&self) -> Cabling;
+    /// What carries the messages to `peer`.
+    fn link_kind(&self, peer: usize) -> LinkKind;
 }
 
 /// Form the links `cfg` describes: the policy of which transport serves which pair.
 ///
 /// One rank: nothing to connect. Otherwise the TCP bootstrap forms the group (authenticated,
-/// settings agreed) and its mesh carries every pair; with `BOLTCCL_BACKEND=verbs` (or `auto`
-/// where RDMA is configured and present) the pairs the device matrix cables move to RDMA queue
-/// pairs, the rest stay on TCP, all in one progress loop.
+/// settings agreed) and its mesh carries every pair at first. Then, as `BOLTCCL_BACKEND`
+/// allows: ranks on one host (the same kernel and network namespace) move to shared memory,
+/// and the pairs the device matrix cables move to RDMA queue pairs (where the verbs library
+/// lists devices); the rest stay on TCP, all in one progress loop.
 pub(crate) fn connect(cfg: &Config) -> Result<Box<dyn Transport>> {
     if cfg.world_size == 1 {
-        return Ok(Box::new(mem::world(1).pop().expect("one rank")));
+        return Ok(Box::new(mem::world(1, cfg.shm_ring_bytes, cfg.shm_pull_bytes).pop().expect("one rank")));
     }
-    let cfg = &Config { backend: resolve_backend(cfg), ..cfg.clone() };
+    let shm = matches!(cfg.backend, Backend::Shm | Backend::Auto);
+    let rdma = cfg.backend == Backend::Verbs || (cfg.backend == Backend::Auto && rdma_available(cfg));
     // What this rank can check alone fails before it waits for the others.
-    let rdma = (cfg.backend == Backend::Verbs).then(|| verbs::plan(cfg)).transpose()?;
-    let mut mesh = mesh::Mesh::over_tcp(cfg)?;
+    let rdma = rdma.then(|| verbs::plan(cfg)).transpose()?;
+    let offer = if shm { shm_offer() } else { None };
+    let links = ["tcp", if offer.is_some() { "+shm" } else { "" }, if rdma.is_some() { "+rdma" } else { "" }].concat();
+    let boot = crate::bootstrap::connect(cfg, &links, offer.as_ref().map(|o| o.name()))?;
+    let (peers, job) = (boot.peers.clone(), boot.job);
+    let mut mesh = mesh::Mesh::over_tcp(cfg, boot)?;
+    let local = shm::setup::local_peers(&peers, cfg.rank);
     if let Some(plan) = rdma {
-        verbs::attach(&mut mesh, plan, cfg)?;
+        verbs::attach(&mut mesh, plan, cfg, &local)?;
+    }
+    if let Some(offer) = offer {
+        shm::setup::attach(&mut mesh, offer, &peers, job, cfg)?;
     }
     Ok(Box::new(mesh))
 }
 
-/// `BOLTCCL_BACKEND=auto`: verbs when a device matrix is configured and the verbs library lists
-/// devices, else TCP — saying why in the log. Decided before any rank connects, from what this
-/// node has; bootstrap then checks the choice like any agreed setting, so a node without RDMA
-/// is named at start-up instead of failing on the first collective.
-fn resolve_backend(cfg: &Config) -> Backend {
-    if cfg.backend != Backend::Auto {
-        return cfg.backend;
+/// This rank's offer of shared memory, or none (saying why) when it cannot listen for it.
+fn shm_offer() -> Option<shm::setup::Offer> {
+    match shm::setup::Offer::bind() {
+        Ok(o) => Some(o),
+        Err(e) => {
+            tracing::warn!("shared memory unavailable ({e}); ranks on this host use TCP");
+            None
+        }
     }
+}
+
+/// For `BOLTCCL_BACKEND=auto`: whether a device matrix is configured and the verbs library
+/// lists devices — saying why not in the log. Decided before any rank connects, from what
+/// this node has; bootstrap then checks the choice like any agreed setting, so a node without
+/// RDMA is named at start-up instead of failing on the first collective.
+fn rdma_available(cfg: &Config) -> bool {
     if cfg.ibv_devices.is_none() {
-        tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured (BOLTCCL_IBV_DEVICES), using TCP");
-        return Backend::Tcp;
+        tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured (BOLTCCL_IBV_DEVICES)");
+        return false;
     }
     match crate::probe::RdmaProbe::load(cfg.ibv_library.as_deref()).device_names() {
-        Ok(names) if !names.is_empty() => Backend::Verbs,
+        Ok(names) if !names.is_empty() => true,
         Ok(_) => {
             tracing::warn!("BOLTCCL_BACKEND=auto: the verbs library lists no RDMA device; using TCP");
-            Backend::Tcp
+            false
         }
         Err(e) => {
             tracing::warn!("BOLTCCL_BACKEND=auto: RDMA unavailable ({e}); using TCP");
-            Backend::Tcp
+            false
         }
     }
 }

@@ -11,7 +11,7 @@
 //! - **interrupts**: the caller's check (Ctrl-C in Python) runs at least every
 //!   [`INTERRUPT_EVERY`] once the call is no longer on its fast path.
 
-use super::{Limits, OnRecv, RecvOp, SendOp};
+use super::{Limits, LinkKind, OnRecv, RecvOp, SendOp};
 use crate::error::{Error, Result};
 use rustix::event::{poll, PollFd};
 use std::time::{Duration, Instant};
@@ -29,6 +29,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(1000);
 /// The links of one kind that serve some of the peers: TCP sockets, RDMA queue pairs,
 /// in-process queues.
 pub(crate) trait Channel: Send {
+    /// What kind of link this channel is.
+    fn kind(&self) -> LinkKind;
     /// Queue this exchange's operations whose peer `mine` accepts (in list order per peer).
     fn begin(&mut self, sends: &[SendOp<'_>], recvs: &[RecvOp<'_>], mine: &dyn Fn(usize) -> bool) -> Result<()>;
     /// Move what can move without blocking; call `on_recv` for each receive completed.
@@ -36,14 +38,30 @@ pub(crate) trait Channel: Send {
     fn pump(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<bool>;
     /// The peer the queued operations wait on first; `None` when all are done.
     fn waiting_on(&self) -> Option<usize>;
-    /// Add the file descriptors whose readiness means progress. Returns false when this
-    /// channel cannot be waited for in the kernel (the engine then naps instead).
-    fn wake_on<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) -> bool;
+    /// About to sleep: add the file descriptors whose readiness means progress, and say how
+    /// this channel can be waited for.
+    fn wake_on<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) -> Wake;
+    /// Look for peers that are gone without a word (read at the control plane's pace, never on
+    /// the fast path).
+    fn check(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// After a failed exchange, before returning: make sure nothing still reads or writes the
     /// caller's buffers.
     fn quiesce(&mut self) {}
     /// The group is failing: close the links so no peer waits on this rank.
     fn close(&mut self) {}
+}
+
+/// How a channel can be waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// `poll` on the descriptors it added wakes up when it can progress.
+    Poll,
+    /// The kernel cannot wake us for it (RDMA without a completion channel): nap and look again.
+    Nap,
+    /// It can progress now: do not sleep.
+    Ready,
 }
 
 /// How the ranks of a group tell each other that the job is failing.
@@ -181,9 +199,7 @@ impl Engine {
             let now = Instant::now();
             if now >= next_control {
                 next_control = now + CONTROL_CHECK;
-                if let Some(e) = control.check() {
-                    return Err(e);
-                }
+                check(channels, control.as_mut())?;
             }
             if now >= next_interrupt {
                 next_interrupt = now + INTERRUPT_EVERY;
@@ -208,29 +224,41 @@ impl Engine {
             if now >= deadline {
                 return Err(Error::Timeout { op: limits.op.into(), rank: blocked, after: limits.timeout });
             }
-            let mut wake = deadline.min(now + MAX_SLEEP).min(next_control.max(now + CONTROL_CHECK));
+            let mut until = deadline.min(now + MAX_SLEEP).min(next_control.max(now + CONTROL_CHECK));
             if limits.interrupt.is_some() {
-                wake = wake.min(next_interrupt.max(now + INTERRUPT_EVERY));
+                until = until.min(next_interrupt.max(now + INTERRUPT_EVERY));
             }
             let mut fds: Vec<PollFd<'_>> = Vec::new();
-            let mut pollable = true;
+            let mut wake = Wake::Poll;
             for ch in channels.iter().filter(|c| c.waiting_on().is_some()) {
-                pollable &= ch.wake_on(&mut fds);
+                wake = match (wake, ch.wake_on(&mut fds)) {
+                    (Wake::Ready, _) | (_, Wake::Ready) => Wake::Ready,
+                    (Wake::Nap, _) | (_, Wake::Nap) => Wake::Nap,
+                    _ => Wake::Poll,
+                };
             }
-            if pollable {
-                control.wake_on(&mut fds);
-                sleep(&mut fds, wake.saturating_duration_since(now))?;
-                drop(fds);
-                // What woke us may be news, not data: read it at once.
-                if let Some(e) = control.check() {
-                    return Err(e);
+            match wake {
+                Wake::Ready => continue,
+                Wake::Nap => std::thread::sleep(NAP),
+                Wake::Poll => {
+                    control.wake_on(&mut fds);
+                    sleep(&mut fds, until.saturating_duration_since(now))?;
+                    drop(fds);
+                    // What woke us may be news, not data: read it at once.
+                    check(channels, control.as_mut())?;
+                    next_control = Instant::now() + CONTROL_CHECK;
                 }
-                next_control = Instant::now() + CONTROL_CHECK;
-            } else {
-                std::thread::sleep(NAP);
             }
         }
     }
+}
+
+/// Read the control plane's news and let every channel look for silently lost peers.
+fn check(channels: &mut [Box<dyn Channel>], control: &mut dyn Control) -> Result<()> {
+    if let Some(e) = control.check() {
+        return Err(e);
+    }
+    channels.iter_mut().try_for_each(|c| c.check())
 }
 
 /// Sleep until one of `fds` is ready or `for_` has passed (rounded up to a millisecond).

@@ -301,7 +301,8 @@ pub fn cycles_workload() {
 /// routes so every rank's first address is reachable over the direct link. Removed on drop.
 pub struct MeshNetns {
     pub names: Vec<String>,
-    pub tag: u32,
+    /// Makes this test's interface names unique: a letter per test, and this process's id.
+    pub tag: String,
 }
 
 pub fn ip(args: &[&str]) -> bool {
@@ -345,9 +346,10 @@ impl MeshNetns {
         }
     }
 
-    pub fn create(n: usize) -> Option<MeshNetns> {
-        let tag = std::process::id() % 10_000;
-        let mut ns = MeshNetns { names: vec![], tag };
+    /// Tests of one binary run at once: each passes its own `label`.
+    pub fn create(n: usize, label: char) -> Option<MeshNetns> {
+        let tag = format!("{label}{}", std::process::id() % 10_000);
+        let mut ns = MeshNetns { names: vec![], tag: tag.clone() };
         for k in 0..n {
             let name = format!("bcclv{tag}_{k}");
             if !ip(&["netns", "add", &name]) {

@@ -98,6 +98,15 @@ pub fn check_local(library: Option<&Path>, run: Runner<'_>) -> NodeReport {
     } else {
         rustix::system::uname().release().to_string_lossy().into_owned()
     };
+    findings.push(match boltccl::probe::shared_memory() {
+        Ok(id) => Finding::ok("shared memory", format!("ranks on this host share memory (host identity {id})")),
+        Err(e) => Finding::bad(
+            Severity::Warn,
+            "shared memory",
+            e.to_string(),
+            "ranks on this host talk over TCP; check that memfd and unix sockets are allowed (containers, seccomp)",
+        ),
+    });
     let mut devices = Vec::new();
     let mut lib_name = None;
     let probe = RdmaProbe::load(library);

@@ -23,8 +23,8 @@ pub mod topology;
 pub use setup::ipv4_gids;
 pub(crate) use setup::{attach, plan};
 
-use super::progress::Channel;
-use super::{OnRecv, RecvOp, SendOp};
+use super::progress::{Channel, Wake};
+use super::{LinkKind, OnRecv, RecvOp, SendOp};
 use crate::error::{Error, Result};
 use link::Link;
 use rustix::event::PollFd;
@@ -56,6 +56,10 @@ impl VerbsChannel {
 }
 
 impl Channel for VerbsChannel {
+    fn kind(&self) -> LinkKind {
+        LinkKind::Rdma
+    }
+
     fn begin(&mut self, sends: &[SendOp<'_>], recvs: &[RecvOp<'_>], mine: &dyn Fn(usize) -> bool) -> Result<()> {
         for l in self.links.iter_mut().flatten() {
             l.begin();
@@ -84,9 +88,9 @@ impl Channel for VerbsChannel {
         self.links.iter().flatten().find(|l| l.waiting()).map(|l| l.peer)
     }
 
-    fn wake_on<'a>(&'a self, _: &mut Vec<PollFd<'a>>) -> bool {
+    fn wake_on<'a>(&'a self, _: &mut Vec<PollFd<'a>>) -> Wake {
         // Apple's provider has no completion channel: poll the completion queues.
-        false
+        Wake::Nap
     }
 
     fn quiesce(&mut self) {

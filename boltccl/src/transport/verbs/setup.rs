@@ -325,8 +325,9 @@ pub(crate) fn plan(cfg: &Config) -> Result<Plan> {
     Ok(Plan { verbs, matrix, path })
 }
 
-/// Move the pairs the device matrix cables from `mesh`'s TCP links to RDMA queue pairs.
-pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config) -> Result<()> {
+/// Move the pairs the device matrix cables from `mesh`'s TCP links to RDMA queue pairs, but
+/// for those in `elsewhere` (served by another channel, such as shared memory on one host).
+pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config, elsewhere: &[usize]) -> Result<()> {
     let Plan { verbs, matrix, path } = plan;
     let (rank, size) = (cfg.rank, cfg.world_size);
     let tcp_peers = matrix.uncabled(rank);
@@ -335,7 +336,8 @@ pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config) -> Result<()> {
     }
     let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes).min(MAX_MESSAGE);
     let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
-    let peers: Vec<usize> = (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p)).collect();
+    let peers: Vec<usize> =
+        (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p) && !elsewhere.contains(&p)).collect();
     let cables: Vec<&[String]> = (0..size).map(|p| matrix.cells[rank][p].as_slice()).collect();
     let timeout = cfg.init_timeout;
     same_cabling_everywhere(mesh, &matrix, &path, rank, size, timeout)?;
@@ -367,7 +369,7 @@ pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config) -> Result<()> {
     // Every receive is posted on this rank; wait until the same holds everywhere.
     tcp_round(mesh, &peers, 1, |_| 8, |_| b"RDMA-OK!".to_vec(), timeout)?;
     tracing::info!(rank, size, slot, "RDMA verbs mesh ready ({})", verbs.path.display());
-    mesh.attach(Box::new(VerbsChannel { rank, links }), &peers, Cabling::from_links(matrix.cabled()));
+    mesh.attach(Box::new(VerbsChannel { rank, links }), &peers, Some(Cabling::from_links(matrix.cabled())));
     Ok(())
 }
 
