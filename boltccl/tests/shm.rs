@@ -110,10 +110,15 @@ fn nothing_is_left_behind_when_ranks_are_killed_at_any_moment() {
         std::thread::sleep(Duration::from_millis(delay_ms));
         ranks.children[victim].kill().unwrap();
         let outs = ranks.wait(Duration::from_secs(60));
+        let errors: Vec<_> = outs.iter().map(|o| (o.rank, o.field("ERR "))).collect();
         for o in outs.iter().filter(|o| o.rank != victim) {
             assert!(o.elapsed < Duration::from_secs(30), "trial {trial}: rank {} hung", o.rank);
             if let Some(e) = o.field("ERR ") {
-                assert!(e.contains(&format!("rank {victim}")), "trial {trial} ({delay_ms} ms): rank {}: {e}", o.rank);
+                assert!(
+                    e.contains(&format!("rank {victim}")),
+                    "trial {trial} ({delay_ms} ms, rank {victim} killed): rank {}: {e}\nall: {errors:?}",
+                    o.rank
+                );
             }
         }
     }

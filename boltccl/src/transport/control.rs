@@ -15,8 +15,6 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// How long to wait for an explanation on the control plane after a data link fails.
-const EXPLAIN_WAIT: Duration = Duration::from_millis(300);
 /// How long a failing rank tries to write an abort or goodbye frame.
 const BRIEFLY: Duration = Duration::from_millis(200);
 
@@ -144,18 +142,8 @@ impl Control for StarControl {
         self.send_to_all(&frame, Some(culprit));
     }
 
-    fn explain(&mut self, err: Error) -> Error {
-        let until = Instant::now() + EXPLAIN_WAIT;
-        while Instant::now() < until {
-            if let Some(e @ Error::Aborted { .. }) = self.check() {
-                return e;
-            }
-            if self.spokes.iter().flatten().all(|s| s.departed) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        err
+    fn settled(&self) -> bool {
+        self.spokes.iter().flatten().all(|s| s.departed)
     }
 }
 

@@ -16,6 +16,9 @@ use crate::error::{Error, Result};
 use rustix::event::{poll, PollFd};
 use std::time::{Duration, Instant};
 
+/// How long a failed exchange looks for a better explanation than its own (see
+/// [`Engine::explain`]).
+const EXPLAIN_WAIT: Duration = Duration::from_millis(300);
 /// How often the control plane is read while data is still moving.
 pub const CONTROL_CHECK: Duration = Duration::from_millis(20);
 /// How often a blocked call runs the interrupt check.
@@ -46,6 +49,11 @@ pub(crate) trait Channel: Send {
     fn check(&mut self) -> Result<()> {
         Ok(())
     }
+    /// A peer whose process this channel can tell has exited (its link says so, not a
+    /// silence). Asked once an exchange has failed, to find the cause.
+    fn gone(&self) -> Option<usize> {
+        None
+    }
     /// After a failed exchange, before returning: make sure nothing still reads or writes the
     /// caller's buffers.
     fn quiesce(&mut self) {}
@@ -72,9 +80,9 @@ pub(crate) trait Control: Send {
     fn wake_on<'a>(&'a self, fds: &mut Vec<PollFd<'a>>);
     /// Tell every rank that this job is failing because of `cause` (best effort, brief).
     fn abort(&mut self, cause: &Error);
-    /// A data link went silent or closed: give the control plane a moment to say why (another
-    /// rank's abort explains it better than the silence does).
-    fn explain(&mut self, err: Error) -> Error;
+    /// No more news can come: every other rank has left, or this control plane tells nothing
+    /// it does not know at once.
+    fn settled(&self) -> bool;
 }
 
 /// How long a waiting rank polls before sleeping, when it has a core to itself.
@@ -173,8 +181,42 @@ impl Engine {
             }
         }
         match r {
-            Err(e @ (Error::PeerLost { .. } | Error::Timeout { .. })) => Err(self.control.explain(e)),
+            Err(e @ (Error::PeerLost { .. } | Error::Timeout { .. })) => Err(self.explain(e)),
             other => other,
+        }
+    }
+
+    /// `err` names the rank whose link failed or went silent; that rank is often a bystander.
+    /// When a rank dies, its peers fail, take back what they lent and leave, and a third rank
+    /// may see that first. So look, for a moment, for the cause: another rank's abort (it
+    /// names its own cause), or a rank whose process is known to have exited.
+    fn explain(&mut self, err: Error) -> Error {
+        let named = match &err {
+            Error::PeerLost { rank, .. } | Error::Timeout { rank, .. } => *rank,
+            _ => return err,
+        };
+        let until = Instant::now() + EXPLAIN_WAIT;
+        loop {
+            if let Some(e @ (Error::Aborted { .. } | Error::PeerLost { .. })) = self.control.check() {
+                return e;
+            }
+            match self.channels.iter().find_map(|c| c.gone()) {
+                Some(dead) if dead == named && matches!(err, Error::PeerLost { .. }) => return err,
+                Some(dead) if dead == named => {
+                    return Error::PeerLost { rank: dead, detail: "its process exited or was killed".into() }
+                }
+                Some(dead) => {
+                    return Error::PeerLost {
+                        rank: dead,
+                        detail: format!("its process exited or was killed (what this rank saw first: {err})"),
+                    }
+                }
+                None => {}
+            }
+            if self.control.settled() || Instant::now() >= until {
+                return err;
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 

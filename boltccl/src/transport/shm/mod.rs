@@ -108,6 +108,10 @@ impl Channel for ShmChannel {
         Ok(())
     }
 
+    fn gone(&self) -> Option<usize> {
+        self.sockets.iter().position(|s| s.as_ref().is_some_and(hung_up))
+    }
+
     fn quiesce(&mut self) {
         // The caller may reuse its buffers once the exchange returns: take back what is lent.
         for pair in self.streams.links.iter_mut().flatten() {

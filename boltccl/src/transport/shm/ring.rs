@@ -466,9 +466,9 @@ impl RingPair {
         }
         self.head += PULL_LEN as u64;
         self.inp.control().head.store(self.head, Ordering::Release);
-        copy_from_process(pid, addr as usize, dst)?;
-        // Copied; was it withdrawn meanwhile (the peer's call failed and its buffer may have
-        // changed under the copy)?
+        let copied = copy_from_process(pid, addr as usize, dst);
+        // Was it withdrawn meanwhile (the peer's call failed, and its buffer may have changed
+        // under the copy or been freed, failing it)?
         fence(Ordering::SeqCst);
         if self.inp.control().withdrawn.load(Ordering::SeqCst) >= seq {
             return Err(io::Error::new(
@@ -476,6 +476,7 @@ impl RingPair {
                 format!("rank {} withdrew a send (its call failed) while this rank copied it", self.peer),
             ));
         }
+        copied?;
         self.pulled = seq;
         self.inp.control().pulled.store(seq, Ordering::Release);
         self.into.nudge();
