@@ -215,9 +215,10 @@ fn spawn(core: Arc<Core>, pending: Arc<Pending>) -> Result<Worker> {
             ON_PROGRESS_THREAD.with(|f| f.set(true));
             for (job, req) in rx {
                 let r = job(&core);
-                // The call released the group before this: a blocking call woken here runs.
-                pending.finished();
+                // Completed (and its completion function run) before a blocking call that
+                // waits for it goes on: that call then sees every earlier request done.
                 req.slot.complete(r);
+                pending.finished();
             }
         })
         .map_err(|e| Error::Internal(format!("cannot start the group's progress thread: {e}")))?;
