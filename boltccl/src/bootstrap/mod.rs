@@ -29,7 +29,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// At most this many connections are being vetted at once; more are dropped.
 const MAX_PENDING: usize = 64;
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Hello {
     rank: usize,
     world_size: usize,
@@ -254,17 +254,8 @@ pub(crate) fn connect(cfg: &Config) -> Result<Rendezvous> {
         (None, Some(s)) => {
             auth::send(s, &hello)?;
             set_timeouts(s, remaining(deadline, "waiting for the coordinator")?)?;
-            match auth::recv::<Reply>(s)? {
-                Reply::Table { job, peers } if peers.len() == size => (job, peers, Vec::new()),
-                Reply::Table { peers, .. } => {
-                    return Err(Error::Protocol {
-                        from: "the coordinator".into(),
-                        detail: format!("table of {} ranks for a world of {size}", peers.len()),
-                    })
-                }
-                Reply::Reject { rank: Some(r), what } => return Err(Error::Mismatch { rank: r, what }),
-                Reply::Reject { rank: None, what } => return Err(Error::Config(what)),
-            }
+            let (job, peers) = table(auth::recv::<Reply>(s)?, size)?;
+            (job, peers, Vec::new())
         }
         (None, None) => unreachable!("either coordinator or client"),
     };
@@ -275,14 +266,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<Rendezvous> {
     let key_for_accept = key.clone();
     let acceptor = std::thread::spawn(move || {
         accept_vetted(&data_listener, &key_for_accept, deadline, want, "connecting the data mesh", move |s| {
-            let j: Join = auth::recv(s)?;
-            if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= streams {
-                return Err(Error::Protocol {
-                    from: format!("rank {}", j.rank),
-                    detail: "connection for another job or slot".into(),
-                });
-            }
-            Ok(j)
+            vet_join(auth::recv(s)?, job, rank, size, streams)
         })
     });
     let mut links: Vec<Vec<Option<TcpStream>>> = (0..size).map(|_| (0..streams).map(|_| None).collect()).collect();
@@ -303,6 +287,32 @@ pub(crate) fn connect(cfg: &Config) -> Result<Rendezvous> {
 
     let control: Vec<Option<TcpStream>> = if rank == 0 { control } else { vec![to_coord] };
     Ok(Rendezvous { links, control, hosts: peers.into_iter().map(|p| p.host).collect() })
+}
+
+/// What a rank makes of the coordinator's reply: the job id and every rank's address, or the
+/// rejection (naming the rank and the setting that differ) as this rank's error.
+fn table(reply: Reply, size: usize) -> Result<(u64, Vec<PeerInfo>)> {
+    match reply {
+        Reply::Table { job, peers } if peers.len() == size => Ok((job, peers)),
+        Reply::Table { peers, .. } => Err(Error::Protocol {
+            from: "the coordinator".into(),
+            detail: format!("table of {} ranks for a world of {size}", peers.len()),
+        }),
+        Reply::Reject { rank: Some(r), what } => Err(Error::Mismatch { rank: r, what }),
+        Reply::Reject { rank: None, what } => Err(Error::Config(what)),
+    }
+}
+
+/// Whether a data connection's `Join` belongs here: this job, a higher rank of this world
+/// (lower ranks are dialled, not accepted), one of its streams.
+fn vet_join(j: Join, job: u64, rank: usize, size: usize, streams: usize) -> Result<Join> {
+    if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= streams {
+        return Err(Error::Protocol {
+            from: format!("rank {}", j.rank),
+            detail: "connection for another job or slot".into(),
+        });
+    }
+    Ok(j)
 }
 
 /// Rank 0's side of step 3. Returns the job id, the table and the control connections.
@@ -397,4 +407,65 @@ fn check_hello(
         return Some((Some(r), format!("rank {r} sent {} settings, rank 0 has {}", h.settings.len(), settings.len())));
     }
     None
+}
+
+/// The bootstrap's messages and decisions without sockets, for the fuzz harnesses and the
+/// hostile-peer tests (through `crate::fuzz`): valid messages to start from, and what a rank
+/// makes of any bytes it is sent.
+pub(crate) mod sans_io {
+    use super::*;
+
+    /// A valid `Hello` body.
+    pub fn hello(rank: usize, world_size: usize, settings: Vec<(String, String)>, data_addr: SocketAddr) -> Vec<u8> {
+        let h = Hello { rank, world_size, version: crate::VERSION.into(), settings, data_addr, host: "fuzz".into() };
+        serde_json::to_vec(&h).expect("a Hello encodes")
+    }
+
+    /// A valid `Table` reply body.
+    pub fn table_reply(job: u64, addrs: &[SocketAddr]) -> Vec<u8> {
+        let peers = addrs.iter().map(|&data_addr| PeerInfo { data_addr, host: "fuzz".into() }).collect();
+        serde_json::to_vec(&Reply::Table { job, peers }).expect("a Table encodes")
+    }
+
+    /// A valid `Reject` reply body.
+    pub fn reject_reply(rank: Option<usize>, what: &str) -> Vec<u8> {
+        serde_json::to_vec(&Reply::Reject { rank, what: what.into() }).expect("a Reject encodes")
+    }
+
+    /// A valid `Join` body.
+    pub fn join(job: u64, rank: usize, stream: usize) -> Vec<u8> {
+        serde_json::to_vec(&Join { job, rank, stream }).expect("a Join encodes")
+    }
+
+    /// What rank 0 makes of a `Hello` body from a world of `size` whose rank 0 has `settings`
+    /// (ranks `taken` already joined): the rank it joins as, or why it is refused.
+    pub fn vet_hello(body: &[u8], size: usize, settings: &[(String, String)], taken: &[usize]) -> Result<usize> {
+        let h: Hello = auth::decode("fuzz", body)?;
+        let mut slots: Vec<Option<(Option<TcpStream>, Hello)>> = (0..size).map(|_| None).collect();
+        for &t in taken.iter().filter(|&&t| t < size) {
+            slots[t] = Some((None, Hello { rank: t, ..h.clone() }));
+        }
+        let reference = (crate::VERSION.to_string(), settings.to_vec());
+        match check_hello(&h, &reference, size, &slots) {
+            Some((rank, what)) => Err(match rank {
+                Some(rank) => Error::Mismatch { rank, what },
+                None => Error::Config(what),
+            }),
+            None => Ok(h.rank),
+        }
+    }
+
+    /// What a rank of a world of `size` makes of the coordinator's reply body: the job id and
+    /// the ranks' data addresses.
+    pub fn vet_reply(body: &[u8], size: usize) -> Result<(u64, Vec<SocketAddr>)> {
+        let (job, peers) = table(auth::decode("the coordinator", body)?, size)?;
+        Ok((job, peers.into_iter().map(|p| p.data_addr).collect()))
+    }
+
+    /// What rank `rank` of a world of `size` with `streams` streams per peer makes of a `Join`
+    /// body for job `job`: the (rank, stream) slot it fills.
+    pub fn vet_join(body: &[u8], job: u64, rank: usize, size: usize, streams: usize) -> Result<(usize, usize)> {
+        let j = super::vet_join(auth::decode("fuzz", body)?, job, rank, size, streams)?;
+        Ok((j.rank, j.stream))
+    }
 }

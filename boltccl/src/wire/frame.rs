@@ -113,6 +113,8 @@ impl ControlDecoder {
     }
 
     /// The next complete frame, if one is in.
+    // Not an iterator: it fails, and "none yet" is not the end.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> std::result::Result<Option<Control>, String> {
         if self.buf.len() < HEADER_LEN {
             return Ok(None);
