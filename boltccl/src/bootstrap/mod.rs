@@ -113,9 +113,16 @@ fn dial(addr: SocketAddr, key: &[u8], deadline: Instant, who: &str) -> Result<Tc
     }
 }
 
+/// Connections that authenticated and passed vetting; on failure, the error and those that did.
+type Vetted<T> = std::result::Result<Vec<(TcpStream, T)>, (Error, Vec<(TcpStream, T)>)>;
+
+/// Rejections named in the error when the group does not form in time (the rest are counted).
+const REJECTIONS_NAMED: usize = 3;
+
 /// Accept connections until `want` of them have authenticated and passed `vet`, or the deadline.
 /// Each candidate is vetted on its own thread, so a silent or hostile client cannot hold up
-/// the others.
+/// the others. At the deadline the error says how many connected and why the connections that
+/// were turned away were (a wrong key, a malformed message ...), naming their addresses.
 fn accept_vetted<T: Send + 'static>(
     listener: &TcpListener,
     key: &[u8],
@@ -123,20 +130,31 @@ fn accept_vetted<T: Send + 'static>(
     want: usize,
     what: &str,
     vet: impl Fn(&mut TcpStream) -> Result<T> + Send + Sync + 'static,
-) -> Result<Vec<(TcpStream, T)>> {
+) -> Vetted<T> {
     let (tx, rx) = unbounded();
     let vet = Arc::new(vet);
     let key: Arc<[u8]> = key.into();
     let pending = Arc::new(AtomicUsize::new(0));
-    listener.set_nonblocking(true).map_err(|e| Error::io(usize::MAX, "listen", e))?;
+    let rejected: Arc<parking_lot::Mutex<(usize, Vec<String>)>> = Arc::default();
     let mut got = Vec::with_capacity(want);
+    if let Err(e) = listener.set_nonblocking(true) {
+        return Err((Error::io(usize::MAX, "listen", e), got));
+    }
     while got.len() < want {
-        let left = remaining(deadline, what).map_err(|_| {
-            Error::Config(format!(
-                "{what}: only {} of {want} ranks connected before BOLTCCL_INIT_TIMEOUT_MS",
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let (n, named) = &*rejected.lock();
+            let why = match n {
+                0 => String::new(),
+                _ if *n > named.len() => format!("; {n} connections were rejected, among them: {}", named.join("; ")),
+                _ => format!("; rejected: {}", named.join("; ")),
+            };
+            let e = Error::Config(format!(
+                "{what}: only {} of {want} ranks connected before BOLTCCL_INIT_TIMEOUT_MS{why}",
                 got.len()
-            ))
-        })?;
+            ));
+            return Err((e, got));
+        }
         match listener.accept() {
             Ok((mut s, from)) => {
                 if pending.load(Ordering::SeqCst) >= MAX_PENDING {
@@ -144,8 +162,11 @@ fn accept_vetted<T: Send + 'static>(
                     continue;
                 }
                 s.set_nonblocking(false).ok();
-                set_timeouts(&s, left.min(HANDSHAKE_TIMEOUT))?;
+                if let Err(e) = set_timeouts(&s, left.min(HANDSHAKE_TIMEOUT)) {
+                    return Err((e, got));
+                }
                 let (tx, vet, key, pending) = (tx.clone(), vet.clone(), key.clone(), pending.clone());
+                let rejected = rejected.clone();
                 pending.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
                     let r = auth::server(&mut s, &key).and_then(|_| vet(&mut s));
@@ -154,7 +175,14 @@ fn accept_vetted<T: Send + 'static>(
                         Ok(v) => {
                             let _ = tx.send((s, v));
                         }
-                        Err(e) => tracing::warn!(%from, "rejected a connection: {e}"),
+                        Err(e) => {
+                            tracing::warn!(%from, "rejected a connection: {e}");
+                            let mut r = rejected.lock();
+                            r.0 += 1;
+                            if r.1.len() < REJECTIONS_NAMED {
+                                r.1.push(format!("{from} ({e})"));
+                            }
+                        }
                     }
                 });
             }
@@ -268,6 +296,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<Rendezvous> {
         accept_vetted(&data_listener, &key_for_accept, deadline, want, "connecting the data mesh", move |s| {
             vet_join(auth::recv(s)?, job, rank, size, streams)
         })
+        .map_err(|(e, _)| e)
     });
     let mut links: Vec<Vec<Option<TcpStream>>> = (0..size).map(|_| (0..streams).map(|_| None).collect()).collect();
     for (peer, (info, slots)) in peers.iter().zip(links.iter_mut()).enumerate().take(rank) {
@@ -323,7 +352,22 @@ fn coordinate(
     mine: Hello,
 ) -> Result<(u64, Vec<PeerInfo>, Vec<Option<TcpStream>>)> {
     let size = mine.world_size;
-    let hellos = accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>)?;
+    let hellos =
+        match accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>) {
+            Ok(h) => h,
+            Err((e, joined)) => {
+                // The ranks that did join learn why the group did not form, instead of a closed
+                // connection.
+                let what = match &e {
+                    Error::Config(w) => format!("rank 0 (the coordinator) gave up {w}"),
+                    other => format!("rank 0 (the coordinator) failed: {other}"),
+                };
+                for (mut s, _) in joined {
+                    let _ = auth::send(&mut s, &Reply::Reject { rank: None, what: what.clone() });
+                }
+                return Err(e);
+            }
+        };
     let mut slots: Vec<Option<(Option<TcpStream>, Hello)>> = (0..size).map(|_| None).collect();
     let mut problem: Option<(Option<usize>, String)> = None;
     let reference = (mine.version.clone(), mine.settings.clone());
