@@ -147,7 +147,8 @@ fn hostile_worker() {
                     }
                 }
                 Err(e) => {
-                    outcome = Some(format!("ERR {} {e}", t.elapsed().as_millis()));
+                    // The round is part of the outcome: the attack's, not a later one.
+                    outcome = Some(format!("ERR {} round {round}: {e}", t.elapsed().as_millis()));
                     break;
                 }
             }
@@ -457,7 +458,15 @@ fn hostile_world(n: usize) {
                     assert!(ms < 4_000 + 3_000, "{attack:?}: rank {rank} took {ms} ms: {msg}");
                 } else {
                     assert_eq!(kind, "ERR", "{attack:?}: rank {rank}: {kind} {msg}");
+                    // In the attacked call; or, at 3 ranks, in the call before when another
+                    // honest rank's abort overtakes this one's last frames. Never later: a
+                    // call that returned after the attack would have taken the bad frame.
+                    let ok_rounds = [format!("round {HONEST_ROUNDS}: "), format!("round {}: ", HONEST_ROUNDS - 1)];
+                    let in_time = ok_rounds.iter().any(|r| msg.starts_with(r.as_str()));
+                    assert!(in_time, "{attack:?}: rank {rank} did not fail in the attacked call: {msg}");
                     assert!(msg.contains(&who), "{attack:?}: rank {rank} does not name {who}: {msg}");
+                    // Only a frame that stops halfway may take until the deadline.
+                    assert_eq!(msg.contains("timed out"), attack.stalls(), "{attack:?}: rank {rank}: {msg}");
                     let limit = if attack.stalls() { TIMEOUT_MS as u128 + 3_000 } else { 3_000 };
                     assert!(ms < limit, "{attack:?}: rank {rank} took {ms} ms: {msg}");
                 }
