@@ -4,6 +4,20 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// True when running in CI (`CI` set, as GitHub Actions and `.ci/run` do, and not "false" or
+/// "0"): there a test whose prerequisite is missing (root, a model file, a GPU driver) fails
+/// instead of skipping, so CI cannot go green without running it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// A test cannot run here because `why`: outside CI, say so (SKIPPED) and let the caller
+/// return; in CI, fail.
+pub fn prerequisite_missing(test: &str, why: &str) {
+    assert!(!in_ci(), "{test}: {why}, and CI is set: in CI this test must run");
+    eprintln!("SKIPPED {test}: {why}");
+}
+
 /// A free TCP port on loopback (bound then released: good enough for tests).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
