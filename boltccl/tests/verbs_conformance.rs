@@ -108,7 +108,10 @@ fn conformance_6_ranks_ring() {
 fn conformance_4_ranks_in_network_namespaces() {
     let n = 4;
     let Some(ns) = MeshNetns::create(n) else {
-        eprintln!("SKIPPED conformance_4_ranks_in_network_namespaces: cannot create network namespaces (needs root and iproute2 `ip`)");
+        common::harness::prerequisite_missing(
+            "conformance_4_ranks_in_network_namespaces",
+            "cannot create network namespaces (needs root and iproute2 `ip`)",
+        );
         return;
     };
     let matrix = ns.matrix(n);
@@ -187,7 +190,10 @@ fn two_cables_listed_in_different_orders_are_matched() {
         }
     }
     if !ok {
-        eprintln!("SKIPPED two_cables_listed_in_different_orders_are_matched: cannot set up namespaces (needs root, iproute2 and sysctl)");
+        common::harness::prerequisite_missing(
+            "two_cables_listed_in_different_orders_are_matched",
+            "cannot set up namespaces (needs root, iproute2 and sysctl)",
+        );
         return;
     }
     // Row 0: cable 0 then 1. Row 1: cable 1 then 0.
