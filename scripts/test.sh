@@ -30,6 +30,9 @@ export VERBS_ABI_REQUIRE=1
 cargo build --workspace  # the C tests link the built libboltccl.a and libsoftverbs.so
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+echo "== large counts (2^31 + 4099 int8 elements a rank; 64-byte chunks past 4096 steps and pieces) and the header packing check, in a release build"
+cargo test --release -p boltccl --lib wire::
+cargo test --release -p boltccl --test large_counts -- --include-ignored
 echo "== inference example on the GPU backend (Vulkan; lavapipe on machines without a GPU)"
 cargo test -p boltccl-llm --features gpu --test gpu
 
