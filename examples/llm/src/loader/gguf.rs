@@ -218,12 +218,17 @@ impl GgufModel {
         let align = metadata.get("general.alignment").and_then(Value::as_usize).unwrap_or(32);
         ensure!(align > 0, "zero alignment");
         let data_start = r.pos.div_ceil(align) * align;
-        // Validate every tensor's extent now, so later reads cannot go out of bounds.
+        // Validate every tensor's extent now, so later reads cannot go out of bounds. The
+        // dimensions and offset come from the file: every product and sum is checked (no type
+        // stores more than 2 elements a byte, so a larger count cannot fit in the file).
         for (name, t) in &tensors {
-            let n: usize = t.shape.iter().product();
+            let n = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            let n = n
+                .filter(|&n| n / 2 <= map.len())
+                .with_context(|| format!("tensor {name}: shape {:?} too large", t.shape))?;
             let bytes = t.ty.bytes_for(n).with_context(|| format!("tensor {name}"))?;
-            let end = data_start + t.offset + bytes;
-            ensure!(end <= map.len(), "tensor {name} extends past end of file");
+            let end = data_start.checked_add(t.offset).and_then(|s| s.checked_add(bytes));
+            ensure!(end.is_some_and(|e| e <= map.len()), "tensor {name} extends past end of file");
         }
         let config = config_from_metadata(&metadata, &tensors)?;
         Ok(Self { map, data_start, metadata, tensors, config })
