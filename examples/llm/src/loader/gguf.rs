@@ -76,6 +76,9 @@ pub struct TensorInfo {
     pub offset: usize,
 }
 
+/// Deepest nesting of metadata arrays accepted.
+const MAX_ARRAY_DEPTH: usize = 8;
+
 /// Bounds-checked little-endian cursor over the file bytes.
 struct Reader<'a> {
     b: &'a [u8],
@@ -114,6 +117,9 @@ impl<'a> Reader<'a> {
         Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
     }
     fn value(&mut self, ty: u32) -> anyhow::Result<Value> {
+        self.value_at(ty, 0)
+    }
+    fn value_at(&mut self, ty: u32, depth: usize) -> anyhow::Result<Value> {
         Ok(match ty {
             0 => Value::U64(self.u8()? as u64),
             1 => Value::I64(self.u8()? as i8 as i64),
@@ -125,11 +131,14 @@ impl<'a> Reader<'a> {
             7 => Value::Bool(self.u8()? != 0),
             8 => Value::Str(self.string()?),
             9 => {
+                // Arrays of arrays recurse: bound the depth, or a file of nested array headers
+                // would overflow the stack.
+                ensure!(depth < MAX_ARRAY_DEPTH, "GGUF arrays nested deeper than {MAX_ARRAY_DEPTH}");
                 let et = self.u32()?;
                 let n = self.len()?;
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
-                    v.push(self.value(et)?);
+                    v.push(self.value_at(et, depth + 1)?);
                 }
                 Value::Array(v)
             }
