@@ -319,6 +319,7 @@ fn config_from_metadata(
     let heads = req("attention.head_count")?;
     let kv_heads = get("attention.head_count_kv").and_then(Value::as_usize).unwrap_or(heads);
     let embd = tensors.get("token_embd.weight").context("missing token_embd.weight")?;
+    ensure!(embd.shape.len() == 2, "token_embd.weight has {} dimensions, not 2", embd.shape.len());
     let vocab = get("vocab_size").and_then(Value::as_usize).unwrap_or(embd.shape[0]);
     let head_dim = get("attention.key_length")
         .and_then(Value::as_usize)
