@@ -138,7 +138,7 @@ fn killed(n: usize, backend: Backend, victims: &[usize]) {
 fn stopped(n: usize, backend: Backend) {
     let timeout = 2_000;
     let label = format!("{n} ranks over {backend:?}, SIGSTOP of rank 0");
-    let cont = Duration::from_millis(timeout * 2 + 2_000);
+    let cont = Duration::from_millis(timeout + 2_000);
     let (at, outs) = signal_mid_collective(n, backend, &[0], rustix::process::Signal::Stop, timeout, Some(cont));
     for o in &outs {
         let (after, err, _) = failure_of(o, at, &label);

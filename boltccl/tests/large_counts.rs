@@ -6,9 +6,9 @@
 //!   4096 (what the old 12-bit fields held) in the direct all-reduce, point-to-point, the ring
 //!   all-gather and the ring broadcast: every element exact, in process and over TCP.
 //!
-//! (The header packing itself is checked in every build, an overflow being an
-//! `InvalidArgument` error: `wire::tests::parts_are_checked_not_wrapped`, which
-//! `scripts/test.sh` also runs in a release build.)
+//! - the header packing is checked in every build: a step or piece too large to number is an
+//!   `InvalidArgument` error, never two pieces with one number (`packing_is_checked_in_this_build`,
+//!   which `scripts/test.sh` runs in a release build, where a `debug_assert` would be gone).
 //!
 //! These tests are `#[ignore]`d in the unoptimised test build (minutes there, on 64-byte
 //! frames and 2 GiB buffers): `scripts/test.sh` runs them in a release build, with
@@ -140,6 +140,23 @@ fn ring_calls(g: &Group) -> Result<(), String> {
         return Err(format!("ring broadcast element {i}"));
     }
     Ok(())
+}
+
+/// In whatever build this is (scripts/test.sh: release), packing a step or piece that does not
+/// fit is an error that says what to do, and the largest that fit stay distinct.
+#[test]
+#[ignore = "release build: scripts/test.sh runs it"]
+fn packing_is_checked_in_this_build() {
+    use boltccl::fuzz::{part, Phase};
+    let e = part(Phase::Reduce, 1 << 24, 0).unwrap_err();
+    assert_eq!(e.kind(), boltccl::ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("BOLTCCL_CHUNK_BYTES"), "{e}");
+    assert!(part(Phase::Gather, 0, 1 << 32).is_err());
+    let top = part(Phase::Reduce, (1 << 24) - 1, u32::MAX as usize).unwrap();
+    assert_ne!(top, part(Phase::Reduce, 0, u32::MAX as usize).unwrap());
+    assert_ne!(top, part(Phase::Reduce, (1 << 24) - 1, 0).unwrap());
+    assert_ne!(part(Phase::Reduce, 4096, 0).unwrap(), part(Phase::Reduce, 0, 0).unwrap(), "no 12-bit wrap");
+    println!("packing checked with debug assertions {}", if cfg!(debug_assertions) { "on" } else { "off" });
 }
 
 fn cfg(algo: Algo) -> Config {

@@ -108,21 +108,21 @@ fn faulty_all_sums(faults: &[(&'static str, &str)], min_exact: usize) {
 /// repeated fragment makes its message incomplete (dropped): errors, never wrong data.
 #[test]
 fn duplicated_datagrams_give_exact_answers_or_errors() {
-    faulty_all_sums(&[("SOFTVERBS_DUP_RATE", "0.01"), ("BOLTCCL_TEST_OPS", "2000")], 1000);
+    faulty_all_sums(&[("SOFTVERBS_DUP_RATE", "0.01"), ("BOLTCCL_TEST_OPS", "1200")], 600);
 }
 
 /// A datagram overtaken by the next: messages out of order are caught by the sequence numbers,
 /// fragments out of order drop their message.
 #[test]
 fn reordered_datagrams_give_exact_answers_or_errors() {
-    faulty_all_sums(&[("SOFTVERBS_REORDER_RATE", "0.01"), ("BOLTCCL_TEST_OPS", "2000")], 1000);
+    faulty_all_sums(&[("SOFTVERBS_REORDER_RATE", "0.01"), ("BOLTCCL_TEST_OPS", "1200")], 600);
 }
 
 /// A bit flipped in a datagram (header or payload): its checksum fails and it is dropped, as
 /// hardware drops a packet failing its ICRC; the message is lost, the operation fails.
 #[test]
 fn corrupted_datagrams_give_exact_answers_or_errors() {
-    faulty_all_sums(&[("SOFTVERBS_CORRUPT_RATE", "0.004"), ("BOLTCCL_TEST_OPS", "2000")], 1000);
+    faulty_all_sums(&[("SOFTVERBS_CORRUPT_RATE", "0.004"), ("BOLTCCL_TEST_OPS", "1200")], 600);
 }
 
 /// All of them at once, with zero-copy sends and 4 KiB chunks (raw packets carry no link
