@@ -238,6 +238,10 @@ fn soak_worker() {
         }
         beat(&format!("epoch {epoch} drop"));
         drop(g);
+        // Freed memory back to the system first, so RSS counts what is still allocated, not
+        // what the allocator keeps for later (4 MiB buffers and 16 MiB of scratch come and go).
+        // SAFETY: malloc_trim only releases free heap memory; no pointer is touched.
+        unsafe { libc::malloc_trim(0) };
         let now = (open_fds(), rss_kib());
         first.get_or_insert(now);
         last = now;
@@ -379,17 +383,24 @@ fn job(seed: u64, t: &mut Totals) {
                     restore = Some((now + Duration::from_millis(TIMEOUT_MS * 2), fault));
                 }
                 Fault::Garbage => {
-                    // Random bytes and an HTTP request at the coordinator of every epoch.
-                    for p in &ports {
-                        let target = format!("{}:{p}", ns.identity(0));
-                        let _ = std::process::Command::new("ip")
-                            .args(["netns", "exec", &ns.names[n - 1], "bash", "-c"])
-                            .arg(format!(
-                                "exec 3<>/dev/tcp/{} 2>/dev/null && head -c 5000 /dev/urandom >&3; exec 3>&-",
-                                target.replace(':', "/")
-                            ))
-                            .status();
-                    }
+                    // 5,000 random bytes at the coordinator port of every epoch, from the last
+                    // rank's namespace, every 300 ms for 6 s (a later epoch's port opens later).
+                    let targets: Vec<String> = ports.iter().map(|p| format!("{}/{p}", ns.identity(0))).collect();
+                    let from = ns.names[n - 1].clone();
+                    let script = targets
+                        .iter()
+                        .map(|t| format!("(exec 3<>/dev/tcp/{t} && head -c 5000 /dev/urandom >&3) 2>/dev/null;"))
+                        .collect::<String>();
+                    std::thread::spawn(move || {
+                        for _ in 0..20 {
+                            let _ = std::process::Command::new("ip")
+                                .args(["netns", "exec", &from, "bash", "-c", &script])
+                                .stdout(std::process::Stdio::null())
+                                .stderr(std::process::Stdio::null())
+                                .status();
+                            std::thread::sleep(Duration::from_millis(300));
+                        }
+                    });
                 }
                 _ => {}
             }
