@@ -2,11 +2,12 @@
  *
  *   cc -std=c99 allsum.c $(pkg-config --cflags --libs boltccl) -o allsum
  *   python3 -m boltccl.launch -n 4 -- ./allsum            # checks every call, prints "ok"
- *   python3 -m boltccl.launch -n 4 -- ./allsum --digest   # rank 0 prints result digests
+ *   python3 -m boltccl.launch -n 4 -- ./allsum --digest   # every rank prints result digests
  *
  * The digest mode reduces the same deterministic float32 and bfloat16 inputs as
  * examples/digest.rs (Rust) and python/tests/workers/digest.py, so the three can be
- * compared bit for bit.
+ * compared bit for bit, on every rank, with a reference python/tests/test_bitwise.py
+ * computes itself.
  */
 #include <boltccl.h>
 
@@ -70,10 +71,8 @@ static int digest(boltccl_group *g) {
         }
         CHECK(boltccl_all_sum(g, f, f, n, BOLTCCL_FLOAT32));
         CHECK(boltccl_all_sum(g, b, b, n, BOLTCCL_BFLOAT16));
-        if (rank == 0) {
-            printf("digest float32 %zu %016llx\n", n, (unsigned long long)fnv1a(f, n * sizeof(float)));
-            printf("digest bfloat16 %zu %016llx\n", n, (unsigned long long)fnv1a(b, n * sizeof(uint16_t)));
-        }
+        printf("digest rank %d float32 %zu %016llx\n", rank, n, (unsigned long long)fnv1a(f, n * sizeof(float)));
+        printf("digest rank %d bfloat16 %zu %016llx\n", rank, n, (unsigned long long)fnv1a(b, n * sizeof(uint16_t)));
         free(f);
         free(b);
     }

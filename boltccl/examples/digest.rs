@@ -1,8 +1,8 @@
 //! Reference digests for the bitwise comparison of the Rust, C and Python APIs.
 //!
-//! Run as ranks (`BOLTCCL_RANK`, ... set); rank 0 prints `digest <dtype> <count> <fnv1a-64>`
-//! for all_sum of the deterministic float32 and bfloat16 inputs that `examples/allsum.c
-//! --digest` and `python/tests/workers/digest.py` also use.
+//! Run as ranks (`BOLTCCL_RANK`, ... set); every rank prints `digest rank <r> <dtype> <count>
+//! <fnv1a-64>` for all_sum of the deterministic float32 and bfloat16 inputs that
+//! `examples/allsum.c --digest` and `python/tests/workers/digest.py` also use.
 
 use boltccl::bf16;
 
@@ -27,10 +27,8 @@ fn main() -> Result<(), boltccl::Error> {
             .collect();
         g.all_sum(&mut f)?;
         g.all_sum(&mut b)?;
-        if g.rank() == 0 {
-            println!("digest float32 {n} {:016x}", fnv1a(bytemuck::cast_slice(&f)));
-            println!("digest bfloat16 {n} {:016x}", fnv1a(bytemuck::cast_slice(&b)));
-        }
+        println!("digest rank {rank} float32 {n} {:016x}", fnv1a(bytemuck::cast_slice(&f)));
+        println!("digest rank {rank} bfloat16 {n} {:016x}", fnv1a(bytemuck::cast_slice(&b)));
     }
     g.barrier()
 }

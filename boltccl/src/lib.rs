@@ -52,3 +52,8 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub mod bench {
     pub use crate::reduce::{combine, fold, Order};
 }
+
+/// The parsers of bytes from other processes and the bootstrap steps, for the fuzz harnesses
+/// and hostile-peer tests only: not part of the API.
+#[doc(hidden)]
+pub mod fuzz;

@@ -107,8 +107,11 @@ fn conformance_6_ranks_ring() {
 #[test]
 fn conformance_4_ranks_in_network_namespaces() {
     let n = 4;
-    let Some(ns) = MeshNetns::create(n, 'v') else {
-        eprintln!("SKIPPED conformance_4_ranks_in_network_namespaces: cannot create network namespaces (needs root and iproute2 `ip`)");
+    let Some(ns) = MeshNetns::create(n) else {
+        common::harness::prerequisite_missing(
+            "conformance_4_ranks_in_network_namespaces",
+            "cannot create network namespaces (needs root and iproute2 `ip`)",
+        );
         return;
     };
     let matrix = ns.matrix(n);
@@ -145,8 +148,11 @@ fn conformance_4_ranks_in_network_namespaces() {
 /// matrix, or TCP without one. Every rank gets the in-process reference's bits.
 #[test]
 fn two_hosts_of_two_ranks_share_memory_inside() {
-    let Some(ns) = MeshNetns::create(2, 'h') else {
-        eprintln!("SKIPPED two_hosts_of_two_ranks_share_memory_inside: cannot create network namespaces (needs root and iproute2 `ip`)");
+    let Some(ns) = MeshNetns::create(2) else {
+        common::harness::prerequisite_missing(
+            "two_hosts_of_two_ranks_share_memory_inside",
+            "cannot create network namespaces (needs root and iproute2 `ip`)",
+        );
         return;
     };
     let host = |rank: usize| rank / 2;
@@ -207,8 +213,8 @@ fn two_hosts_of_two_ranks_share_memory_inside() {
 /// crossed pairing would time out), then stripe messages over both.
 #[test]
 fn two_cables_listed_in_different_orders_are_matched() {
-    let tag = format!("c{}", std::process::id() % 10_000);
-    let mut ns = MeshNetns { names: vec![], tag: tag.clone() };
+    let tag = std::process::id() % 10_000;
+    let mut ns = MeshNetns { names: vec![], tag };
     let names = [format!("bcclc{tag}_0"), format!("bcclc{tag}_1")];
     let dev = |c: usize, end: char| format!("bx{tag}{c}{end}");
     let mut ok = true;
@@ -247,7 +253,10 @@ fn two_cables_listed_in_different_orders_are_matched() {
         }
     }
     if !ok {
-        eprintln!("SKIPPED two_cables_listed_in_different_orders_are_matched: cannot set up namespaces (needs root, iproute2 and sysctl)");
+        common::harness::prerequisite_missing(
+            "two_cables_listed_in_different_orders_are_matched",
+            "cannot set up namespaces (needs root, iproute2 and sysctl)",
+        );
         return;
     }
     // Row 0: cable 0 then 1. Row 1: cable 1 then 0.

@@ -435,8 +435,17 @@ fn value(rank: usize, i: usize) -> f32 {
 /// One call with inputs that depend on rank and index, every element compared with the answer
 /// computed here; true when every rank saw the right answer.
 fn check(g: &Group, op: Op, count: usize, a: &mut [f32], b: &mut [f32]) -> boltccl::Result<bool> {
-    let (rank, n) = (g.rank(), g.size());
-    let sum = |i: usize| (0..n).map(|q| value(q, i)).sum::<f32>();
+    fill(op, g.rank(), g.size(), count, a, b);
+    call(g, op, count, a, b)?;
+    let ok = verify(op, g.rank(), g.size(), count, a, b);
+    let mut flag = [ok as u8];
+    g.all_min(&mut flag)?;
+    Ok(flag[0] == 1)
+}
+
+/// The check's inputs for rank `rank` of `n`: every rank's and index's value different; the
+/// buffers a call only writes are filled with -1.
+fn fill(op: Op, rank: usize, n: usize, count: usize, a: &mut [f32], b: &mut [f32]) {
     let m = count / n;
     let fill = |buf: &mut [f32], who: usize| buf.iter_mut().enumerate().for_each(|(i, x)| *x = value(who, i));
     match op {
@@ -445,23 +454,114 @@ fn check(g: &Group, op: Op, count: usize, a: &mut [f32], b: &mut [f32]) -> boltc
         _ => fill(&mut a[..count], rank),
     }
     b[..count].fill(-1.0);
-    call(g, op, count, a, b)?;
-    let ok = match op {
+}
+
+/// Whether rank `rank` of `n` holds the right answer of `op` on the inputs of [`fill`], every
+/// element compared.
+fn verify(op: Op, rank: usize, n: usize, count: usize, a: &[f32], b: &[f32]) -> bool {
+    let sum = |i: usize| (0..n).map(|q| value(q, i)).sum::<f32>();
+    let m = count / n;
+    match op {
         Op::AllSum => a[..count].iter().enumerate().all(|(i, &x)| x == sum(i)),
         Op::AllGather => b[..count].iter().enumerate().all(|(i, &x)| x == value(i / m.max(1), i % m.max(1))),
         Op::ReduceScatter => b[..m].iter().enumerate().all(|(i, &x)| x == sum(rank * m + i)),
         Op::Broadcast => a[..count].iter().enumerate().all(|(i, &x)| x == value(0, i)),
         Op::Sendrecv if n == 1 => true,
         Op::Sendrecv => b[..count].iter().enumerate().all(|(i, &x)| x == value((rank + n - 1) % n, i)),
-    };
-    let mut flag = [ok as u8];
-    g.all_min(&mut flag)?;
-    Ok(flag[0] == 1)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const OPS: [Op; 5] = [Op::AllSum, Op::AllGather, Op::ReduceScatter, Op::Broadcast, Op::Sendrecv];
+
+    /// Each rank's correct answer of `op`, computed here (not by boltccl): (a, b).
+    fn answers(op: Op, n: usize, count: usize) -> Vec<(Vec<f32>, Vec<f32>)> {
+        let m = count / n;
+        (0..n)
+            .map(|rank| {
+                let (mut a, mut b) = (vec![0.0; count], vec![0.0; count]);
+                fill(op, rank, n, count, &mut a, &mut b);
+                let sum = |i: usize| (0..n).map(|q| value(q, i)).sum::<f32>();
+                match op {
+                    Op::AllSum => (0..count).for_each(|i| a[i] = sum(i)),
+                    Op::AllGather => (0..count).for_each(|i| b[i] = value(i / m, i % m)),
+                    Op::ReduceScatter => (0..m).for_each(|i| b[i] = sum(rank * m + i)),
+                    Op::Broadcast => (0..count).for_each(|i| a[i] = value(0, i)),
+                    Op::Sendrecv => (0..count).for_each(|i| b[i] = value((rank + n - 1) % n, i)),
+                }
+                (a, b)
+            })
+            .collect()
+    }
+
+    /// The check passes the right answers and catches every kind of misplaced data: two
+    /// blocks swapped, one rank's block in another's place, a reduce_scatter block from the
+    /// wrong index, a broadcast from the wrong root, a message from the wrong neighbour, two
+    /// elements swapped.
+    #[test]
+    fn the_check_catches_misplaced_blocks() {
+        let (n, count) = (4, 64);
+        let m = count / n;
+        for op in OPS {
+            let good = answers(op, n, count);
+            for (rank, (a, b)) in good.iter().enumerate() {
+                assert!(verify(op, rank, n, count, a, b), "{}: the right answer was refused", op.name());
+            }
+            let wrong: Vec<(&str, usize, Vec<f32>, Vec<f32>)> = match op {
+                Op::AllSum => {
+                    let (mut a, b) = good[1].clone();
+                    a.swap(3, 4);
+                    vec![("two elements swapped", 1, a, b)]
+                }
+                Op::AllGather => {
+                    let (a, mut b) = good[2].clone();
+                    let (x, y) = b.split_at_mut(2 * m);
+                    x[..m].swap_with_slice(&mut y[..m]); // blocks 0 and 2
+                    let (a2, mut b2) = good[0].clone();
+                    b2.copy_within(m..2 * m, 3 * m); // block 1 where block 3 belongs
+                    vec![("blocks 0 and 2 swapped", 2, a, b), ("block 1 also in block 3's place", 0, a2, b2)]
+                }
+                Op::ReduceScatter => {
+                    let (a, _) = good[1].clone();
+                    let b = good[2].1.clone();
+                    vec![("rank 2's block on rank 1", 1, a, b)]
+                }
+                Op::Broadcast => {
+                    let (mut a, b) = good[3].clone();
+                    fill(Op::AllSum, 1, n, count, &mut a, &mut vec![0.0; count]); // rank 1's data
+                    vec![("the data of rank 1, not the root's", 3, a, b)]
+                }
+                Op::Sendrecv => {
+                    let (a, mut b) = good[2].clone();
+                    (0..count).for_each(|i| b[i] = value(3, i)); // from the next rank, not the previous
+                    vec![("a message from the wrong neighbour", 2, a, b)]
+                }
+            };
+            for (what, rank, a, b) in wrong {
+                assert!(!verify(op, rank, n, count, &a, &b), "{}: {what} passed the check", op.name());
+            }
+        }
+    }
+
+    /// And the whole check, through a real 3-rank group, passes every operation.
+    #[test]
+    fn the_check_passes_real_calls() {
+        let groups = Group::local_world(3);
+        let hs: Vec<_> = groups
+            .into_iter()
+            .map(|g| {
+                std::thread::spawn(move || {
+                    let count = 3 * 1000;
+                    let (mut a, mut b) = (vec![0.0f32; count], vec![0.0f32; count]);
+                    OPS.iter().all(|&op| check(&g, op, count, &mut a, &mut b).unwrap())
+                })
+            })
+            .collect();
+        assert!(hs.into_iter().all(|h| h.join().unwrap()));
+    }
 
     #[test]
     fn sizes_parse() {

@@ -259,15 +259,15 @@ pub(crate) fn all_gather(link: &mut Link<'_>, input: &[u8], output: &mut [u8]) -
 pub(crate) fn broadcast(link: &mut Link<'_>, buf: &mut [u8], root: usize, elem: usize) -> Result<()> {
     let (p, me) = (link.size(), link.me);
     let shards: Vec<Range<usize>> = partition(buf.len() / elem, p).iter().map(|r| bytes(r, elem)).collect();
+    let (mut sends, mut recvs) = roots(link)?;
     if me == root {
-        let mut sends = Vec::new();
         for q in (0..p).filter(|&q| q != root) {
             sends.extend(send_pieces(link, q, &buf[shards[q].clone()], Phase::Scatter)?);
         }
-        link.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
+        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
     } else {
-        let mut recvs = recv_pieces(link, root, &mut buf[shards[me].clone()], Phase::Scatter)?;
-        link.exchange(&[], &mut recvs, &mut |_, _| Ok(()))?;
+        recvs.extend(recv_pieces(link, root, &mut buf[shards[me].clone()], Phase::Scatter)?);
+        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
     }
     all_gather_ranges(link, &shards, buf, Phase::Gather)
 }
@@ -275,16 +275,33 @@ pub(crate) fn broadcast(link: &mut Link<'_>, buf: &mut [u8], root: usize, elem: 
 /// Broadcast from `root`, small: the root sends the whole buffer to every rank (one step).
 pub(crate) fn broadcast_from_root(link: &mut Link<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let (p, me) = (link.size(), link.me);
+    let (mut sends, mut recvs) = roots(link)?;
     if me == root {
-        let mut sends = Vec::new();
         for q in (0..p).filter(|&q| q != root) {
             sends.extend(send_pieces(link, q, buf, Phase::Scatter)?);
         }
-        link.exchange(&sends, &mut [], &mut |_, _| Ok(()))
+        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
     } else {
-        let mut recvs = recv_pieces(link, root, buf, Phase::Scatter)?;
-        link.exchange(&[], &mut recvs, &mut |_, _| Ok(()))
+        recvs.extend(recv_pieces(link, root, buf, Phase::Scatter)?);
+        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
     }
+}
+
+/// The root check every broadcast's first exchange carries, ahead of its data: an empty frame
+/// from this rank to every other, and one expected from every other. Each names its sender's
+/// root in the header, so ranks that disagree on the root fail on that header, every one of
+/// them, instead of each "root" sending its data and returning with its own (the root of a
+/// broadcast otherwise receives nothing, so nothing else would tell it). Every pair is checked,
+/// not only the pairs that carry data: a root whose receivers agree with it must still hear
+/// from a rank that names another root. No round trip is added: these frames travel at the
+/// same time as the data, and the root's only extra wait is for the others to have entered the
+/// call.
+pub(crate) fn roots(link: &Link<'_>) -> Result<(Vec<SendOp<'static>>, Vec<RecvOp<'static>>)> {
+    let hdr = link.hdr(Phase::Roots, 0, 0, 0)?;
+    let others = (0..link.size()).filter(|&q| q != link.me);
+    let sends = others.clone().map(|q| SendOp { peer: link.peer(q), header: hdr, data: &[] }).collect();
+    let recvs = others.map(|q| RecvOp { peer: link.peer(q), expect: hdr, buf: &mut [] }).collect();
+    Ok((sends, recvs))
 }
 
 /// Receive ops for `buf` in chunk pieces from group rank `from`.

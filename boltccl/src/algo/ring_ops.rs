@@ -6,6 +6,7 @@
 //! travels clockwise, half counter-clockwise. Large calls are cut into segments so the part
 //! numbering and the scratch memory stay bounded.
 
+use super::direct::roots;
 use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
 use super::ring::{forward_step, DIRS};
 use super::{cut, cut_mut, regions, Link, Scratch, MAX_BATCH};
@@ -167,11 +168,15 @@ pub(crate) fn broadcast(link: &mut Link<'_>, buf: &mut [u8], root: usize, e: usi
                 ranges.push(cuts[di][t + 1 - pos[di]].clone());
             }
         }
-        if plan.is_empty() {
+        // The first step also checks that every rank names the same root (see `roots`): empty
+        // frames, the only ones of a ring call that go beyond the neighbours.
+        let (mut sends, mut recvs) = if t == 0 {
+            roots(link)?
+        } else if plan.is_empty() {
             continue;
-        }
-        let mut sends = Vec::new();
-        let mut recvs = Vec::new();
+        } else {
+            (Vec::new(), Vec::new())
+        };
         for (view, &(di, send, k)) in regions(buf, &ranges)?.into_iter().zip(&plan) {
             let (to, from) = ring_neighbors(me, p, DIRS[di]);
             let header = link.hdr(Phase::RingBroadcast, di, k, view.len())?;

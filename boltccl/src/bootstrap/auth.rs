@@ -154,16 +154,42 @@ pub fn recv<T: DeserializeOwned>(s: &mut TcpStream) -> Result<T> {
     let peer = peer_name(s);
     let mut len = [0u8; 4];
     s.read_exact(&mut len).map_err(|e| io_err(&peer, "receive", e))?;
-    let len = u32::from_le_bytes(len) as usize;
+    let len = body_len(&peer, len)?;
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).map_err(|e| io_err(&peer, "receive", e))?;
+    decode(&peer, &body)
+}
+
+/// The body length a message's 4-byte prefix announces, refused above [`MAX_MESSAGE`] before
+/// anything is allocated for it. Sans-I/O: [`recv`] reads, this decides.
+pub fn body_len(peer: &str, prefix: [u8; 4]) -> Result<usize> {
+    let len = u32::from_le_bytes(prefix) as usize;
     if len > MAX_MESSAGE {
         return Err(Error::Protocol {
-            from: peer,
+            from: peer.to_string(),
             detail: format!("oversized message ({len} bytes, limit {MAX_MESSAGE})"),
         });
     }
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body).map_err(|e| io_err(&peer, "receive", e))?;
-    serde_json::from_slice(&body).map_err(|e| Error::Protocol { from: peer, detail: format!("malformed message: {e}") })
+    Ok(len)
+}
+
+/// Decode a message body (JSON, at most [`MAX_MESSAGE`] bytes); anything else is a protocol
+/// error naming `peer`. Sans-I/O: [`recv`] reads, this decides.
+pub fn decode<T: DeserializeOwned>(peer: &str, body: &[u8]) -> Result<T> {
+    if body.len() > MAX_MESSAGE {
+        return Err(Error::Protocol {
+            from: peer.to_string(),
+            detail: format!("oversized message ({} bytes, limit {MAX_MESSAGE})", body.len()),
+        });
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| Error::Protocol { from: peer.to_string(), detail: format!("malformed message: {e}") })
+}
+
+/// The handshake's opening bytes (client hello or server reply) checked: magic and protocol
+/// version. Sans-I/O: [`client`] and [`server`] read, this decides.
+pub fn check_opening(peer: &str, head: &[u8; 10]) -> Result<()> {
+    check_hello(peer, head)
 }
 
 #[cfg(test)]

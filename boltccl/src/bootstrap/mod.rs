@@ -29,7 +29,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// At most this many connections are being vetted at once; more are dropped.
 const MAX_PENDING: usize = 64;
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Hello {
     rank: usize,
     world_size: usize,
@@ -123,9 +123,16 @@ fn dial(addr: SocketAddr, key: &[u8], deadline: Instant, who: &str) -> Result<Tc
     }
 }
 
+/// Connections that authenticated and passed vetting; on failure, the error and those that did.
+type Vetted<T> = std::result::Result<Vec<(TcpStream, T)>, (Error, Vec<(TcpStream, T)>)>;
+
+/// Rejections named in the error when the group does not form in time (the rest are counted).
+const REJECTIONS_NAMED: usize = 3;
+
 /// Accept connections until `want` of them have authenticated and passed `vet`, or the deadline.
 /// Each candidate is vetted on its own thread, so a silent or hostile client cannot hold up
-/// the others.
+/// the others. At the deadline the error says how many connected and why the connections that
+/// were turned away were (a wrong key, a malformed message ...), naming their addresses.
 fn accept_vetted<T: Send + 'static>(
     listener: &TcpListener,
     key: &[u8],
@@ -133,20 +140,31 @@ fn accept_vetted<T: Send + 'static>(
     want: usize,
     what: &str,
     vet: impl Fn(&mut TcpStream) -> Result<T> + Send + Sync + 'static,
-) -> Result<Vec<(TcpStream, T)>> {
+) -> Vetted<T> {
     let (tx, rx) = unbounded();
     let vet = Arc::new(vet);
     let key: Arc<[u8]> = key.into();
     let pending = Arc::new(AtomicUsize::new(0));
-    listener.set_nonblocking(true).map_err(|e| Error::io(usize::MAX, "listen", e))?;
+    let rejected: Arc<parking_lot::Mutex<(usize, Vec<String>)>> = Arc::default();
     let mut got = Vec::with_capacity(want);
+    if let Err(e) = listener.set_nonblocking(true) {
+        return Err((Error::io(usize::MAX, "listen", e), got));
+    }
     while got.len() < want {
-        let left = remaining(deadline, what).map_err(|_| {
-            Error::Config(format!(
-                "{what}: only {} of {want} ranks connected before BOLTCCL_INIT_TIMEOUT_MS",
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let (n, named) = &*rejected.lock();
+            let why = match n {
+                0 => String::new(),
+                _ if *n > named.len() => format!("; {n} connections were rejected, among them: {}", named.join("; ")),
+                _ => format!("; rejected: {}", named.join("; ")),
+            };
+            let e = Error::Config(format!(
+                "{what}: only {} of {want} ranks connected before BOLTCCL_INIT_TIMEOUT_MS{why}",
                 got.len()
-            ))
-        })?;
+            ));
+            return Err((e, got));
+        }
         match listener.accept() {
             Ok((mut s, from)) => {
                 if pending.load(Ordering::SeqCst) >= MAX_PENDING {
@@ -154,8 +172,11 @@ fn accept_vetted<T: Send + 'static>(
                     continue;
                 }
                 s.set_nonblocking(false).ok();
-                set_timeouts(&s, left.min(HANDSHAKE_TIMEOUT))?;
+                if let Err(e) = set_timeouts(&s, left.min(HANDSHAKE_TIMEOUT)) {
+                    return Err((e, got));
+                }
                 let (tx, vet, key, pending) = (tx.clone(), vet.clone(), key.clone(), pending.clone());
+                let rejected = rejected.clone();
                 pending.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
                     let r = auth::server(&mut s, &key).and_then(|_| vet(&mut s));
@@ -164,7 +185,14 @@ fn accept_vetted<T: Send + 'static>(
                         Ok(v) => {
                             let _ = tx.send((s, v));
                         }
-                        Err(e) => tracing::warn!(%from, "rejected a connection: {e}"),
+                        Err(e) => {
+                            tracing::warn!(%from, "rejected a connection: {e}");
+                            let mut r = rejected.lock();
+                            r.0 += 1;
+                            if r.1.len() < REJECTIONS_NAMED {
+                                r.1.push(format!("{from} ({e})"));
+                            }
+                        }
                     }
                 });
             }
@@ -273,17 +301,8 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
         (None, Some(s)) => {
             auth::send(s, &hello)?;
             set_timeouts(s, remaining(deadline, "waiting for the coordinator")?)?;
-            match auth::recv::<Reply>(s)? {
-                Reply::Table { job, peers } if peers.len() == size => (job, peers, Vec::new()),
-                Reply::Table { peers, .. } => {
-                    return Err(Error::Protocol {
-                        from: "the coordinator".into(),
-                        detail: format!("table of {} ranks for a world of {size}", peers.len()),
-                    })
-                }
-                Reply::Reject { rank: Some(r), what } => return Err(Error::Mismatch { rank: r, what }),
-                Reply::Reject { rank: None, what } => return Err(Error::Config(what)),
-            }
+            let (job, peers) = table(auth::recv::<Reply>(s)?, size)?;
+            (job, peers, Vec::new())
         }
         (None, None) => unreachable!("either coordinator or client"),
     };
@@ -294,15 +313,9 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
     let key_for_accept = key.clone();
     let acceptor = std::thread::spawn(move || {
         accept_vetted(&data_listener, &key_for_accept, deadline, want, "connecting the data mesh", move |s| {
-            let j: Join = auth::recv(s)?;
-            if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= streams {
-                return Err(Error::Protocol {
-                    from: format!("rank {}", j.rank),
-                    detail: "connection for another job or slot".into(),
-                });
-            }
-            Ok(j)
+            vet_join(auth::recv(s)?, job, rank, size, streams)
         })
+        .map_err(|(e, _)| e)
     });
     let mut links: Vec<Vec<Option<TcpStream>>> = (0..size).map(|_| (0..streams).map(|_| None).collect()).collect();
     for (peer, (info, slots)) in peers.iter().zip(links.iter_mut()).enumerate().take(rank) {
@@ -324,6 +337,32 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
     Ok(Rendezvous { links, control, peers, job })
 }
 
+/// What a rank makes of the coordinator's reply: the job id and every rank's address, or the
+/// rejection (naming the rank and the setting that differ) as this rank's error.
+fn table(reply: Reply, size: usize) -> Result<(u64, Vec<PeerInfo>)> {
+    match reply {
+        Reply::Table { job, peers } if peers.len() == size => Ok((job, peers)),
+        Reply::Table { peers, .. } => Err(Error::Protocol {
+            from: "the coordinator".into(),
+            detail: format!("table of {} ranks for a world of {size}", peers.len()),
+        }),
+        Reply::Reject { rank: Some(r), what } => Err(Error::Mismatch { rank: r, what }),
+        Reply::Reject { rank: None, what } => Err(Error::Config(what)),
+    }
+}
+
+/// Whether a data connection's `Join` belongs here: this job, a higher rank of this world
+/// (lower ranks are dialled, not accepted), one of its streams.
+fn vet_join(j: Join, job: u64, rank: usize, size: usize, streams: usize) -> Result<Join> {
+    if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= streams {
+        return Err(Error::Protocol {
+            from: format!("rank {}", j.rank),
+            detail: "connection for another job or slot".into(),
+        });
+    }
+    Ok(j)
+}
+
 /// Rank 0's side of step 3. Returns the job id, the table and the control connections.
 fn coordinate(
     listener: &TcpListener,
@@ -332,7 +371,22 @@ fn coordinate(
     mine: Hello,
 ) -> Result<(u64, Vec<PeerInfo>, Vec<Option<TcpStream>>)> {
     let size = mine.world_size;
-    let hellos = accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>)?;
+    let hellos =
+        match accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>) {
+            Ok(h) => h,
+            Err((e, joined)) => {
+                // The ranks that did join learn why the group did not form, instead of a closed
+                // connection.
+                let what = match &e {
+                    Error::Config(w) => format!("rank 0 (the coordinator) gave up {w}"),
+                    other => format!("rank 0 (the coordinator) failed: {other}"),
+                };
+                for (mut s, _) in joined {
+                    let _ = auth::send(&mut s, &Reply::Reject { rank: None, what: what.clone() });
+                }
+                return Err(e);
+            }
+        };
     let mut slots: Vec<Option<(Option<TcpStream>, Hello)>> = (0..size).map(|_| None).collect();
     let mut problem: Option<(Option<usize>, String)> = None;
     let reference = (mine.version.clone(), mine.settings.clone());
@@ -416,4 +470,74 @@ fn check_hello(
         return Some((Some(r), format!("rank {r} sent {} settings, rank 0 has {}", h.settings.len(), settings.len())));
     }
     None
+}
+
+/// The bootstrap's messages and decisions without sockets, for the fuzz harnesses and the
+/// hostile-peer tests (through `crate::fuzz`): valid messages to start from, and what a rank
+/// makes of any bytes it is sent.
+pub(crate) mod sans_io {
+    use super::*;
+
+    /// A valid `Hello` body.
+    pub fn hello(rank: usize, world_size: usize, settings: Vec<(String, String)>, data_addr: SocketAddr) -> Vec<u8> {
+        let h = Hello {
+            rank,
+            world_size,
+            version: crate::VERSION.into(),
+            settings,
+            data_addr,
+            host: "fuzz".into(),
+            host_id: "fuzz".into(),
+            shm: None,
+        };
+        serde_json::to_vec(&h).expect("a Hello encodes")
+    }
+
+    /// A valid `Table` reply body.
+    pub fn table_reply(job: u64, addrs: &[SocketAddr]) -> Vec<u8> {
+        let peers = addrs.iter().map(|&data_addr| PeerInfo { data_addr, host: "fuzz".into(), host_id: "fuzz".into(), shm: None }).collect();
+        serde_json::to_vec(&Reply::Table { job, peers }).expect("a Table encodes")
+    }
+
+    /// A valid `Reject` reply body.
+    pub fn reject_reply(rank: Option<usize>, what: &str) -> Vec<u8> {
+        serde_json::to_vec(&Reply::Reject { rank, what: what.into() }).expect("a Reject encodes")
+    }
+
+    /// A valid `Join` body.
+    pub fn join(job: u64, rank: usize, stream: usize) -> Vec<u8> {
+        serde_json::to_vec(&Join { job, rank, stream }).expect("a Join encodes")
+    }
+
+    /// What rank 0 makes of a `Hello` body from a world of `size` whose rank 0 has `settings`
+    /// (ranks `taken` already joined): the rank it joins as, or why it is refused.
+    pub fn vet_hello(body: &[u8], size: usize, settings: &[(String, String)], taken: &[usize]) -> Result<usize> {
+        let h: Hello = auth::decode("fuzz", body)?;
+        let mut slots: Vec<Option<(Option<TcpStream>, Hello)>> = (0..size).map(|_| None).collect();
+        for &t in taken.iter().filter(|&&t| t < size) {
+            slots[t] = Some((None, Hello { rank: t, ..h.clone() }));
+        }
+        let reference = (crate::VERSION.to_string(), settings.to_vec());
+        match check_hello(&h, &reference, size, &slots) {
+            Some((rank, what)) => Err(match rank {
+                Some(rank) => Error::Mismatch { rank, what },
+                None => Error::Config(what),
+            }),
+            None => Ok(h.rank),
+        }
+    }
+
+    /// What a rank of a world of `size` makes of the coordinator's reply body: the job id and
+    /// the ranks' data addresses.
+    pub fn vet_reply(body: &[u8], size: usize) -> Result<(u64, Vec<SocketAddr>)> {
+        let (job, peers) = table(auth::decode("the coordinator", body)?, size)?;
+        Ok((job, peers.into_iter().map(|p| p.data_addr).collect()))
+    }
+
+    /// What rank `rank` of a world of `size` with `streams` streams per peer makes of a `Join`
+    /// body for job `job`: the (rank, stream) slot it fills.
+    pub fn vet_join(body: &[u8], job: u64, rank: usize, size: usize, streams: usize) -> Result<(usize, usize)> {
+        let j = super::vet_join(auth::decode("fuzz", body)?, job, rank, size, streams)?;
+        Ok((j.rank, j.stream))
+    }
 }

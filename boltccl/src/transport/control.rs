@@ -62,8 +62,23 @@ impl StarControl {
     }
 }
 
-/// Read what arrived on one spoke: the first error it announces, if any.
-fn read_spoke(peer: usize, s: &mut Spoke) -> Option<Error> {
+/// On the hub, an abort that rank `peer` sends about another rank also names `peer`: a rank
+/// (buggy or hostile) cannot make every rank blame a third one without being named itself.
+fn reported_by(e: Error, peer: usize) -> Error {
+    match e {
+        Error::PeerLost { rank, detail } if rank != peer => {
+            Error::PeerLost { rank, detail: format!("{detail}; reported by rank {peer}") }
+        }
+        Error::Aborted { rank, reason } if rank != peer => {
+            Error::Aborted { rank, reason: format!("{reason} (reported by rank {peer})") }
+        }
+        e => e,
+    }
+}
+
+/// Read what arrived on one spoke: the first error it announces, if any. `hub`: this is rank
+/// 0, where each spoke is the rank it names.
+fn read_spoke(peer: usize, s: &mut Spoke, hub: bool) -> Option<Error> {
     let mut found = None;
     let mut tmp = [0u8; 1024];
     let event = loop {
@@ -89,7 +104,7 @@ fn read_spoke(peer: usize, s: &mut Spoke) -> Option<Error> {
         match s.decoder.next() {
             Ok(Some(frame::Control::Goodbye)) => s.departed = true,
             Ok(Some(frame::Control::Abort(e))) => {
-                found.get_or_insert(e);
+                found.get_or_insert(if hub { reported_by(e, peer) } else { e });
             }
             Ok(None) => break,
             Err(d) => {
@@ -112,7 +127,7 @@ impl Control for StarControl {
         let mut found = None;
         for (peer, s) in self.spokes.iter_mut().enumerate() {
             if let Some(s) = s.as_mut().filter(|s| !s.departed) {
-                if let Some(e) = read_spoke(peer, s) {
+                if let Some(e) = read_spoke(peer, s, self.rank == 0) {
                     found.get_or_insert(e);
                 }
             }

@@ -113,12 +113,19 @@ impl ControlDecoder {
     }
 
     /// The next complete frame, if one is in.
+    // Not an iterator: it fails, and "none yet" is not the end.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> std::result::Result<Option<Control>, String> {
         if self.buf.len() < HEADER_LEN {
             return Ok(None);
         }
         let head: [u8; HEADER_LEN] = self.buf[..HEADER_LEN].try_into().expect("header");
         let h = Header::decode(&head)?;
+        // Judged on the header alone: a data header is an error at once, not once its payload
+        // (which may never come) is in.
+        if h.kind == Kind::Data {
+            return Err("data frame on the control connection".into());
+        }
         if h.len as usize > MAX_REASON {
             return Err(format!("oversized control frame ({} bytes)", h.len));
         }
@@ -128,8 +135,8 @@ impl ControlDecoder {
         }
         let frame = match h.kind {
             Kind::Goodbye => Control::Goodbye,
-            Kind::Abort => Control::Abort(abort_error(&h, &self.buf[HEADER_LEN..end])),
-            Kind::Data => return Err("data frame on the control connection".into()),
+            // Data was refused above.
+            Kind::Abort | Kind::Data => Control::Abort(abort_error(&h, &self.buf[HEADER_LEN..end])),
         };
         self.buf.drain(..end);
         Ok(Some(frame))
@@ -254,6 +261,10 @@ mod tests {
         }
         let mut d = ControlDecoder::default();
         d.push(&header(0).encode()).unwrap();
+        assert_eq!(d.next().unwrap_err(), "data frame on the control connection");
+        // Refused on its header, before a payload that may never come.
+        let mut d = ControlDecoder::default();
+        d.push(&header(4096).encode()).unwrap();
         assert_eq!(d.next().unwrap_err(), "data frame on the control connection");
         let mut d = ControlDecoder::default();
         assert!(d.push(&vec![0u8; ControlDecoder::CAPACITY + 1]).unwrap_err().contains("oversized"));

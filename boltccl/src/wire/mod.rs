@@ -56,6 +56,9 @@ pub enum Phase {
     RingReduceScatter = 8,
     /// Ring broadcast.
     RingBroadcast = 9,
+    /// Broadcast's root check: one empty frame from every rank to every other, carrying the
+    /// sender's root in its header.
+    Roots = 10,
 }
 
 /// Bits of the part number for the step; the phase takes the 8 above, the piece the 32 below.
@@ -274,7 +277,8 @@ pub fn check(expected: &Header, got: &Header, peer: usize) -> Result<()> {
         ));
     }
     if got.aux != expected.aux {
-        return mismatch(format!("rank {peer} used root/peer {} but this rank used {}", got.aux, expected.aux));
+        let what = if Collective::from_u8(expected.coll) == Some(Collective::Broadcast) { "root" } else { "root/peer" };
+        return mismatch(format!("rank {peer} used {what} {} but this rank used {}", got.aux, expected.aux));
     }
     if got.part != expected.part || got.len != expected.len {
         return mismatch(format!(

@@ -4,6 +4,20 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// True when running in CI (`CI` set, as GitHub Actions and `.ci/run` do, and not "false" or
+/// "0"): there a test whose prerequisite is missing (root, a model file, a GPU driver) fails
+/// instead of skipping, so CI cannot go green without running it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// A test cannot run here because `why`: outside CI, say so (SKIPPED) and let the caller
+/// return; in CI, fail.
+pub fn prerequisite_missing(test: &str, why: &str) {
+    assert!(!in_ci(), "{test}: {why}, and CI is set: in CI this test must run");
+    eprintln!("SKIPPED {test}: {why}");
+}
+
 /// A free TCP port on loopback (bound then released: good enough for tests).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -102,14 +116,36 @@ impl Job {
                 }
                 c.spawn().unwrap()
             })
-            .collect();
-        Ranks { children }
+            .collect::<Vec<Child>>();
+        Ranks::draining(children)
     }
 }
 
-/// Started rank processes.
+/// Started rank processes. Their stdout and stderr are read as they come (a rank that writes
+/// more than a pipe holds must not block on a test that has not called `wait` yet).
 pub struct Ranks {
     pub children: Vec<Child>,
+    outputs: Vec<(Output, Output)>,
+}
+
+/// What one pipe of a rank has written so far, read by its own thread.
+type Output = (std::sync::Arc<std::sync::Mutex<Vec<u8>>>, Option<std::thread::JoinHandle<()>>);
+
+fn drain(pipe: Option<impl std::io::Read + Send + 'static>) -> Output {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handle = pipe.map(|mut p| {
+        let buf = buf.clone();
+        std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = p.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                buf.lock().unwrap().extend_from_slice(&chunk[..n]);
+            }
+        })
+    });
+    (buf, handle)
 }
 
 /// Output of one rank process.
@@ -135,14 +171,20 @@ impl Ranks {
         Job::new(n, test_name).envs(env.iter().map(|(k, v)| (k.as_ref().to_string(), v.clone()))).spawn()
     }
 
+    fn draining(mut children: Vec<Child>) -> Ranks {
+        let outputs = children.iter_mut().map(|c| (drain(c.stdout.take()), drain(c.stderr.take()))).collect();
+        Ranks { children, outputs }
+    }
+
     /// Wait for every rank (up to `limit`), then return their outputs in rank order.
     pub fn wait(self, limit: Duration) -> Vec<RankOutput> {
         let start = Instant::now();
         let handles: Vec<_> = self
             .children
             .into_iter()
+            .zip(self.outputs)
             .enumerate()
-            .map(|(rank, mut child)| {
+            .map(|(rank, (mut child, (out, err)))| {
                 std::thread::spawn(move || {
                     let deadline = start + limit;
                     loop {
@@ -156,14 +198,15 @@ impl Ranks {
                         std::thread::sleep(Duration::from_millis(5));
                     }
                     let elapsed = start.elapsed();
-                    let out = child.wait_with_output().unwrap();
-                    RankOutput {
-                        rank,
-                        status: out.status,
-                        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-                        elapsed,
-                    }
+                    let status = child.wait().unwrap();
+                    let text = |(buf, h): Output| {
+                        if let Some(h) = h {
+                            let _ = h.join();
+                        }
+                        let b = buf.lock().unwrap();
+                        String::from_utf8_lossy(&b).into_owned()
+                    };
+                    RankOutput { rank, status, stdout: text(out), stderr: text(err), elapsed }
                 })
             })
             .collect();

@@ -301,8 +301,8 @@ pub fn cycles_workload() {
 /// routes so every rank's first address is reachable over the direct link. Removed on drop.
 pub struct MeshNetns {
     pub names: Vec<String>,
-    /// Makes this test's interface names unique: a letter per test, and this process's id.
-    pub tag: String,
+    /// Makes the interface names unique: this process's id and a count of calls.
+    pub tag: u32,
 }
 
 pub fn ip(args: &[&str]) -> bool {
@@ -346,10 +346,12 @@ impl MeshNetns {
         }
     }
 
-    /// Tests of one binary run at once: each passes its own `label`.
-    pub fn create(n: usize, label: char) -> Option<MeshNetns> {
-        let tag = format!("{label}{}", std::process::id() % 10_000);
-        let mut ns = MeshNetns { names: vec![], tag: tag.clone() };
+    pub fn create(n: usize) -> Option<MeshNetns> {
+        // Unique per process and per call: tests of one binary run in parallel.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = (std::process::id() % 1000) * 10 + k % 10;
+        let mut ns = MeshNetns { names: vec![], tag };
         for k in 0..n {
             let name = format!("bcclv{tag}_{k}");
             if !ip(&["netns", "add", &name]) {
@@ -383,6 +385,79 @@ impl MeshNetns {
             }
         }
         Some(ns)
+    }
+
+    /// The network namespace of rank `k`.
+    pub fn ns(&self, k: usize) -> &str {
+        &self.names[k]
+    }
+
+    /// Take the cable between ranks `i` and `j` down (both processes stay alive), or up again.
+    pub fn set_link(&self, i: usize, j: usize, up: bool) {
+        let state = if up { "up" } else { "down" };
+        assert!(ip(&["-n", self.ns(i), "link", "set", &self.iface(i, j), state]), "link {i}-{j} {state}");
+    }
+
+    /// Drop every packet into and out of rank `k`'s namespace with nftables (loopback aside),
+    /// or remove that rule set.
+    pub fn isolate(&self, k: usize, on: bool) {
+        let script = if on {
+            "add table inet bcclpart\n\
+             add chain inet bcclpart input { type filter hook input priority 0; policy drop; }\n\
+             add chain inet bcclpart output { type filter hook output priority 0; policy drop; }\n\
+             add rule inet bcclpart input iif lo accept\n\
+             add rule inet bcclpart output oif lo accept\n"
+        } else {
+            "delete table inet bcclpart\n"
+        };
+        let mut child = std::process::Command::new("ip")
+            .args(["netns", "exec", self.ns(k), "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("run nft (apt-get install nftables)");
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success(), "nft in {}: {script}", self.ns(k));
+    }
+
+    /// Ready the links for softverbs' large datagrams, as `scripts/bench/netns.sh` does: a
+    /// 9000-byte MTU (4 KiB datagrams are not IP-fragmented) and permanent neighbour entries
+    /// (while ARP resolves, the kernel keeps only ~200 KB for a neighbour and drops the rest of
+    /// a first burst, which UC turns into a lost message).
+    pub fn ready_for_datagrams(&self) {
+        let n = self.names.len();
+        for i in 0..n {
+            for j in (0..n).filter(|&j| j != i) {
+                let dev = self.iface(i, j);
+                assert!(ip(&["-n", self.ns(i), "link", "set", &dev, "mtu", "9000"]));
+                let out = std::process::Command::new("ip")
+                    .args(["netns", "exec", self.ns(j), "cat", &format!("/sys/class/net/{}/address", self.iface(j, i))])
+                    .output()
+                    .expect("read a MAC address");
+                let mac = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                for addr in [self.addr(j, i), self.identity(j)] {
+                    ip(&["-n", self.ns(i), "neigh", "replace", &addr, "lladdr", &mac, "dev", &dev, "nud", "permanent"]);
+                }
+            }
+        }
+    }
+
+    /// Cap every link at `rate` (tc syntax, e.g. "150mbit") in each direction with tbf and a
+    /// large queue (it delays rather than drops, which UC would turn into errors).
+    pub fn limit_rate(&self, rate: &str) {
+        self.ready_for_datagrams();
+        let n = self.names.len();
+        for i in 0..n {
+            for j in (0..n).filter(|&j| j != i) {
+                let dev = self.iface(i, j);
+                let ok = std::process::Command::new("ip")
+                    .args(["netns", "exec", self.ns(i), "tc", "qdisc", "replace", "dev", &dev, "root", "tbf"])
+                    .args(["rate", rate, "burst", "64kb", "limit", "64mb"])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "tc tbf on {dev}");
+            }
+        }
     }
 
     pub fn matrix(&self, n: usize) -> PathBuf {

@@ -26,7 +26,6 @@ for n in (1000, 262147):
     )
     g.all_sum(f)
     g.all_sum(bits, dtype="bfloat16")
-    if rank == 0:
-        print(f"digest float32 {n} {fnv1a(f.tobytes()):016x}", flush=True)
-        print(f"digest bfloat16 {n} {fnv1a(bits.tobytes()):016x}", flush=True)
+    print(f"digest rank {rank} float32 {n} {fnv1a(f.tobytes()):016x}", flush=True)
+    print(f"digest rank {rank} bfloat16 {n} {fnv1a(bits.tobytes()):016x}", flush=True)
 g.barrier()

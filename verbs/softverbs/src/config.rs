@@ -92,6 +92,15 @@ pub struct Faults {
     /// Every `post_recv` work request is delayed by this long before it is queued, modelling a
     /// rank that posts its receives late (`SOFTVERBS_RECV_DELAY_US`).
     pub recv_delay: Duration,
+    /// Probability that a datagram is sent twice (`SOFTVERBS_DUP_RATE`).
+    pub dup_rate: f64,
+    /// Probability that a datagram is held back and sent after the next one on its queue pair
+    /// (`SOFTVERBS_REORDER_RATE`).
+    pub reorder_rate: f64,
+    /// Probability that one bit of a datagram is flipped after its checksum was computed
+    /// (`SOFTVERBS_CORRUPT_RATE`): the receiver drops it, as hardware drops a packet that fails
+    /// its ICRC.
+    pub corrupt_rate: f64,
 }
 
 /// Everything a context needs from the environment.
@@ -124,16 +133,23 @@ impl Config {
             Some("rdma-core") => Profile::RdmaCore,
             Some(other) => return Err(Error::BadEnv("SOFTVERBS_PROFILE", other.to_string())),
         };
-        let drop_rate: f64 = parse("SOFTVERBS_DROP_RATE")?.unwrap_or(0.0);
-        if !(0.0..=1.0).contains(&drop_rate) {
-            return Err(Error::BadEnv("SOFTVERBS_DROP_RATE", drop_rate.to_string()));
-        }
+        let rate = |name: &'static str| -> Result<f64, Error> {
+            let p: f64 = parse(name)?.unwrap_or(0.0);
+            if !(0.0..=1.0).contains(&p) {
+                return Err(Error::BadEnv(name, p.to_string()));
+            }
+            Ok(p)
+        };
+        let drop_rate = rate("SOFTVERBS_DROP_RATE")?;
         let faults = Faults {
             drop_rate,
             seed: parse("SOFTVERBS_SEED")?.unwrap_or(0x5eed),
             delay: Duration::from_micros(parse("SOFTVERBS_DELAY_US")?.unwrap_or(0)),
             fail_after: parse("SOFTVERBS_FAIL_AFTER")?,
             recv_delay: Duration::from_micros(parse("SOFTVERBS_RECV_DELAY_US")?.unwrap_or(0)),
+            dup_rate: rate("SOFTVERBS_DUP_RATE")?,
+            reorder_rate: rate("SOFTVERBS_REORDER_RATE")?,
+            corrupt_rate: rate("SOFTVERBS_CORRUPT_RATE")?,
         };
         Ok(Config { profile, limits: Limits::of(profile), faults })
     }

@@ -136,18 +136,23 @@ impl CtxInner {
 
     /// True with probability `SOFTVERBS_DROP_RATE` (deterministic per seed).
     pub fn roll_drop(&self) -> bool {
-        let p = self.cfg.faults.drop_rate;
-        if p <= 0.0 {
-            return false;
-        }
+        self.roll(self.cfg.faults.drop_rate)
+    }
+
+    /// True with probability `p`, from the context's generator (deterministic per seed; no
+    /// draw at all when `p` is 0, so enabling one fault does not change another's sequence).
+    pub fn roll(&self, p: f64) -> bool {
+        p > 0.0 && ((self.random() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+
+    /// The next number of the context's generator (splitmix64).
+    pub fn random(&self) -> u64 {
         let mut s = self.rng.lock();
-        // splitmix64
         *s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = *s;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        ((z >> 11) as f64 / (1u64 << 53) as f64) < p
+        z ^ (z >> 31)
     }
 
     /// Lock the MR table. Holding the guard while copying to/from user buffers makes

@@ -13,7 +13,7 @@ use verbs_abi::*;
 use crate::counters::{self, Kind};
 use crate::error::Error;
 use crate::objects::{sges_valid, CqInner, CtxInner};
-use crate::wire::{Header, FLAG_IMM, HDR_LEN};
+use crate::wire::{self, Header, FLAG_IMM, HDR_LEN};
 
 /// Kernel receive buffer asked for each QP socket (large messages arrive as bursts).
 const RCVBUF_BYTES: usize = 16 << 20;
@@ -70,7 +70,13 @@ pub(crate) struct QpInner {
     pub st: Mutex<QpState>,
     rq: Mutex<RecvSide>,
     pub stop: AtomicBool,
+    /// A datagram held back by `SOFTVERBS_REORDER_RATE`: sent after the next one, or by the
+    /// receive thread once it is [`HOLD_AT_MOST`] old.
+    held: Mutex<Option<(Instant, Vec<u8>, SocketAddrV4)>>,
 }
+
+/// Longest a reordered datagram waits for another to overtake it.
+const HOLD_AT_MOST: Duration = Duration::from_millis(5);
 
 fn wc(wr_id: u64, status: ibv_wc_status, opcode: ibv_wc_opcode, qpn: u32) -> ibv_wc {
     ibv_wc { wr_id, status, opcode, qp_num: qpn, ..Default::default() }
@@ -143,6 +149,7 @@ impl QpInner {
             }),
             rq: Mutex::new(RecvSide::default()),
             stop: AtomicBool::new(false),
+            held: Mutex::new(None),
         }
     }
 
@@ -349,14 +356,8 @@ impl QpInner {
                 }
                 gather(&sges, off, &mut dgram[HDR_LEN..HDR_LEN + len]);
             }
-            if self.ctx.roll_drop() {
-                tracing::debug!(qpn = self.qpn, psn, idx, "softverbs: dropped datagram (fault)");
-                continue;
-            }
-            if let Err(e) = self.sock.send_to(&dgram[..HDR_LEN + len], peer) {
-                // UC: a datagram the kernel refuses is simply lost.
-                tracing::debug!(qpn = self.qpn, error = %e, "softverbs: send_to failed");
-            }
+            wire::seal(&mut dgram[..HDR_LEN + len]);
+            self.emit(&mut dgram[..HDR_LEN + len], peer, psn, idx);
         }
         if signaled {
             let mut c = wc(wr.wr_id, IBV_WC_SUCCESS, IBV_WC_SEND, self.qpn);
@@ -364,6 +365,56 @@ impl QpInner {
             self.send_cq.push(c);
         }
         Ok(())
+    }
+
+    /// Hand one sealed datagram to the network, through the injected faults: dropped
+    /// (`SOFTVERBS_DROP_RATE`), one bit flipped after sealing (`SOFTVERBS_CORRUPT_RATE`: the
+    /// receiver's checksum drops it), held back behind the next datagram
+    /// (`SOFTVERBS_REORDER_RATE`), sent twice (`SOFTVERBS_DUP_RATE`).
+    fn emit(&self, dgram: &mut [u8], peer: SocketAddrV4, psn: u32, idx: u32) {
+        let f = &self.ctx.cfg.faults;
+        if self.ctx.roll_drop() {
+            tracing::debug!(qpn = self.qpn, psn, idx, "softverbs: dropped datagram (fault)");
+            return;
+        }
+        if self.ctx.roll(f.corrupt_rate) {
+            let bit = self.ctx.random() as usize % (dgram.len() * 8);
+            dgram[bit / 8] ^= 1 << (bit % 8);
+            tracing::debug!(qpn = self.qpn, psn, idx, bit, "softverbs: flipped a bit (fault)");
+        }
+        if self.ctx.roll(f.reorder_rate) {
+            let mut held = self.held.lock();
+            if held.is_none() {
+                tracing::debug!(qpn = self.qpn, psn, idx, "softverbs: held back a datagram (fault)");
+                *held = Some((Instant::now(), dgram.to_vec(), peer));
+                return;
+            }
+        }
+        let copies = if self.ctx.roll(f.dup_rate) { 2 } else { 1 };
+        for _ in 0..copies {
+            self.send_datagram(dgram, peer);
+        }
+        // Overtaken: the held datagram goes now.
+        if let Some((_, d, to)) = self.held.lock().take() {
+            self.send_datagram(&d, to);
+        }
+    }
+
+    fn send_datagram(&self, d: &[u8], peer: SocketAddrV4) {
+        if let Err(e) = self.sock.send_to(d, peer) {
+            // UC: a datagram the kernel refuses is simply lost.
+            tracing::debug!(qpn = self.qpn, error = %e, "softverbs: send_to failed");
+        }
+    }
+
+    /// A held datagram that nothing overtook within [`HOLD_AT_MOST`] goes anyway (late).
+    fn release_held(&self) {
+        let mut held = self.held.lock();
+        if held.as_ref().is_some_and(|(at, ..)| at.elapsed() >= HOLD_AT_MOST) {
+            let (_, d, to) = held.take().expect("checked");
+            drop(held);
+            self.send_datagram(&d, to);
+        }
     }
 
     /// Handle one datagram from `src`.
@@ -515,6 +566,7 @@ pub(crate) fn rx_loop(qp: Arc<QpInner>) {
             let (_, data, src) = held.pop_front().expect("checked");
             qp.on_datagram(&data, src);
         }
+        qp.release_held();
     }
     counters::dec(Kind::RxThreads);
 }

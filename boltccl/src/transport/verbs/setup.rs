@@ -17,25 +17,34 @@ use crate::wire::{Header, HEADER_LEN};
 use std::sync::Arc;
 use std::time::Duration;
 use verbs_abi::*;
-/// Everything a peer needs to connect to one of our queue pairs.
+/// Everything a peer needs to connect to one of our queue pairs (48 bytes on the wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Endpoint {
-    gid: [u8; 16],
-    qpn: u32,
-    psn: u32,
-    mtu: u32,
-    lid: u16,
-    recv_depth: u32,
-    slot: u32,
+pub struct Endpoint {
+    /// The queue pair's GID (IPv4-mapped).
+    pub gid: [u8; 16],
+    /// Queue pair number.
+    pub qpn: u32,
+    /// First packet sequence number.
+    pub psn: u32,
+    /// Path MTU (the verbs enum).
+    pub mtu: u32,
+    /// LID (unused on RoCE-like links).
+    pub lid: u16,
+    /// Receives the peer keeps posted: our credits.
+    pub recv_depth: u32,
+    /// Bytes per staging slot, link header included.
+    pub slot: u32,
     /// Zero; room for a flag without changing the size (a failing rank aborts over TCP).
-    reserved: u32,
+    pub reserved: u32,
 }
 
-const ENDPOINT_LEN: usize = 48;
+/// Bytes of an encoded [`Endpoint`].
+pub const ENDPOINT_LEN: usize = 48;
 const ENDPOINT_MAGIC: u32 = 0xB01C_EB5E;
 
 impl Endpoint {
-    fn encode(&self) -> [u8; ENDPOINT_LEN] {
+    /// The 48 bytes a peer is sent.
+    pub fn encode(&self) -> [u8; ENDPOINT_LEN] {
         let mut b = [0u8; ENDPOINT_LEN];
         b[0..4].copy_from_slice(&ENDPOINT_MAGIC.to_le_bytes());
         b[4..20].copy_from_slice(&self.gid);
@@ -49,7 +58,8 @@ impl Endpoint {
         b
     }
 
-    fn decode(b: &[u8]) -> Option<Endpoint> {
+    /// Decode; `None` unless exactly [`ENDPOINT_LEN`] bytes with the right magic.
+    pub fn decode(b: &[u8]) -> Option<Endpoint> {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         (b.len() == ENDPOINT_LEN && u32_at(0) == ENDPOINT_MAGIC).then(|| Endpoint {
             gid: b[4..20].try_into().expect("16 bytes"),
@@ -224,21 +234,28 @@ fn tcp_round(
     Ok(bufs)
 }
 
-/// Bring up the queue pairs toward `peer`, one per cable, given the peer's endpoints (in its
-/// own cable order). Returns the links in the lower rank's cable order.
-fn connect_peer(rank: usize, peer: usize, mut mine: Vec<Pending>, blob: &[u8], shape: Shape) -> Result<Vec<Link>> {
+/// The `cables` endpoints `peer` sent (`blob`), each for packets of `slot` bytes as ours are;
+/// anything else is an error naming the peer.
+pub fn parse_endpoints(peer: usize, blob: &[u8], cables: usize, slot: usize) -> Result<Vec<Endpoint>> {
     let eps: Vec<Endpoint> = blob
         .chunks(ENDPOINT_LEN)
         .map(Endpoint::decode)
         .collect::<Option<_>>()
-        .filter(|e: &Vec<Endpoint>| e.len() == mine.len())
+        .filter(|e: &Vec<Endpoint>| e.len() == cables)
         .ok_or_else(|| Error::Protocol { from: format!("rank {peer}"), detail: "malformed RDMA endpoints".into() })?;
-    if let Some(ep) = eps.iter().find(|ep| ep.slot as usize != shape.slot) {
+    if let Some(ep) = eps.iter().find(|ep| ep.slot as usize != slot) {
         return Err(Error::Mismatch {
             rank: peer,
-            what: format!("RDMA packet size {} here, {} there: set the same BOLTCCL_CHUNK_BYTES", shape.slot, ep.slot),
+            what: format!("RDMA packet size {slot} here, {} there: set the same BOLTCCL_CHUNK_BYTES", ep.slot),
         });
     }
+    Ok(eps)
+}
+
+/// Bring up the queue pairs toward `peer`, one per cable, given the peer's endpoints (in its
+/// own cable order). Returns the links in the lower rank's cable order.
+fn connect_peer(rank: usize, peer: usize, mut mine: Vec<Pending>, blob: &[u8], shape: Shape) -> Result<Vec<Link>> {
+    let eps = parse_endpoints(peer, blob, mine.len(), shape.slot)?;
     // Which cable is which: the matrix may list a pair's cables in a different order on the
     // two ranks (interface numbers change after re-cabling). Match by subnet when the
     // addresses tell; otherwise assume the listed order.

@@ -76,6 +76,9 @@ pub struct TensorInfo {
     pub offset: usize,
 }
 
+/// Deepest nesting of metadata arrays accepted.
+const MAX_ARRAY_DEPTH: usize = 8;
+
 /// Bounds-checked little-endian cursor over the file bytes.
 struct Reader<'a> {
     b: &'a [u8],
@@ -114,6 +117,9 @@ impl<'a> Reader<'a> {
         Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
     }
     fn value(&mut self, ty: u32) -> anyhow::Result<Value> {
+        self.value_at(ty, 0)
+    }
+    fn value_at(&mut self, ty: u32, depth: usize) -> anyhow::Result<Value> {
         Ok(match ty {
             0 => Value::U64(self.u8()? as u64),
             1 => Value::I64(self.u8()? as i8 as i64),
@@ -125,11 +131,14 @@ impl<'a> Reader<'a> {
             7 => Value::Bool(self.u8()? != 0),
             8 => Value::Str(self.string()?),
             9 => {
+                // Arrays of arrays recurse: bound the depth, or a file of nested array headers
+                // would overflow the stack.
+                ensure!(depth < MAX_ARRAY_DEPTH, "GGUF arrays nested deeper than {MAX_ARRAY_DEPTH}");
                 let et = self.u32()?;
                 let n = self.len()?;
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
-                    v.push(self.value(et)?);
+                    v.push(self.value_at(et, depth + 1)?);
                 }
                 Value::Array(v)
             }
@@ -218,12 +227,17 @@ impl GgufModel {
         let align = metadata.get("general.alignment").and_then(Value::as_usize).unwrap_or(32);
         ensure!(align > 0, "zero alignment");
         let data_start = r.pos.div_ceil(align) * align;
-        // Validate every tensor's extent now, so later reads cannot go out of bounds.
+        // Validate every tensor's extent now, so later reads cannot go out of bounds. The
+        // dimensions and offset come from the file: every product and sum is checked (no type
+        // stores more than 2 elements a byte, so a larger count cannot fit in the file).
         for (name, t) in &tensors {
-            let n: usize = t.shape.iter().product();
+            let n = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            let n = n
+                .filter(|&n| n / 2 <= map.len())
+                .with_context(|| format!("tensor {name}: shape {:?} too large", t.shape))?;
             let bytes = t.ty.bytes_for(n).with_context(|| format!("tensor {name}"))?;
-            let end = data_start + t.offset + bytes;
-            ensure!(end <= map.len(), "tensor {name} extends past end of file");
+            let end = data_start.checked_add(t.offset).and_then(|s| s.checked_add(bytes));
+            ensure!(end.is_some_and(|e| e <= map.len()), "tensor {name} extends past end of file");
         }
         let config = config_from_metadata(&metadata, &tensors)?;
         Ok(Self { map, data_start, metadata, tensors, config })
@@ -305,6 +319,7 @@ fn config_from_metadata(
     let heads = req("attention.head_count")?;
     let kv_heads = get("attention.head_count_kv").and_then(Value::as_usize).unwrap_or(heads);
     let embd = tensors.get("token_embd.weight").context("missing token_embd.weight")?;
+    ensure!(embd.shape.len() == 2, "token_embd.weight has {} dimensions, not 2", embd.shape.len());
     let vocab = get("vocab_size").and_then(Value::as_usize).unwrap_or(embd.shape[0]);
     let head_dim = get("attention.key_length")
         .and_then(Value::as_usize)

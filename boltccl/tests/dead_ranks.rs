@@ -1,0 +1,223 @@
+//! Ranks that die or stop mid-collective, ranks started directly (not through the launcher,
+//! which would kill the others and hide a hang), at 2, 3 and 4 ranks, over TCP, shared memory
+//! and verbs (softverbs):
+//! - `kill -9` of rank 0 — the coordinator, which relays aborts and dead ranks — and of two
+//!   ranks at once (rank 0 among them, or not): every survivor fails within 2 s, naming a dead
+//!   rank, and its next call fails at once;
+//! - `SIGSTOP` of rank 0: every other rank fails at the deadline (`BOLTCCL_TIMEOUT_MS`), naming
+//!   rank 0; once continued, rank 0 fails too, and every process exits.
+//!
+//! The test sends the signals itself, once every rank has finished a first all_sum and is in
+//! the loop of the next ones (each 16 MiB: the signal lands mid-call).
+
+mod common;
+
+use common::harness::{is_worker, Job, RankOutput};
+use common::verbs::verbs_env;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()
+}
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_default()
+}
+
+/// A rank: one all_sum, a file saying so, then all_sums until one fails. Prints the error, when
+/// it came, and how long the next call took to fail.
+#[test]
+fn dead_ranks_worker() {
+    if !is_worker() {
+        return;
+    }
+    boltccl::log_to_stderr();
+    let g = boltccl::init().unwrap_or_else(|e| panic!("init: {e}"));
+    let mut buf = vec![1.0f32; 4 << 20];
+    g.all_sum(&mut buf).unwrap();
+    std::fs::write(Path::new(&env("READY_DIR")).join(g.rank().to_string()), "").unwrap();
+    for _ in 0..1_000_000 {
+        if let Err(e) = g.all_sum(&mut buf) {
+            println!("ERR_AT {}", now_ms());
+            println!("ERR {e}");
+            let t = Instant::now();
+            let again = g.barrier().unwrap_err();
+            println!("AGAIN {} {again}", t.elapsed().as_millis());
+            return;
+        }
+    }
+    println!("NO_ERROR");
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Tcp,
+    Shm,
+    Verbs,
+}
+
+/// Start `n` ranks, wait until each finished its first all_sum, signal `victims` with `sig`,
+/// and return (the time of the signal, every rank's output). `cont`: SIGCONT the victims this
+/// long after the signal.
+fn signal_mid_collective(
+    n: usize,
+    backend: Backend,
+    victims: &[usize],
+    sig: rustix::process::Signal,
+    timeout_ms: u64,
+    cont: Option<Duration>,
+) -> (u128, Vec<RankOutput>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(n, "dead_ranks_worker")
+        .env("READY_DIR", dir.path().display().to_string())
+        .env("BOLTCCL_TIMEOUT_MS", timeout_ms.to_string());
+    job = match backend {
+        Backend::Tcp => job.env("BOLTCCL_BACKEND", "tcp"),
+        Backend::Shm => job.env("BOLTCCL_BACKEND", "shm"),
+        Backend::Verbs => job.envs(verbs_env(n)),
+    };
+    let ranks = job.spawn();
+    let until = Instant::now() + Duration::from_secs(60);
+    while (0..n).any(|r| !dir.path().join(r.to_string()).exists()) {
+        assert!(Instant::now() < until, "{n} ranks over {backend:?} never finished a first all_sum");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Well into the next call.
+    std::thread::sleep(Duration::from_millis(50));
+    let at = now_ms();
+    for &v in victims {
+        let pid = rustix::process::Pid::from_raw(ranks.children[v].id() as i32).unwrap();
+        rustix::process::kill_process(pid, sig).unwrap();
+    }
+    if let Some(after) = cont {
+        let pids: Vec<u32> = victims.iter().map(|&v| ranks.children[v].id()).collect();
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            for pid in pids {
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(pid as i32).unwrap(),
+                    rustix::process::Signal::Cont,
+                );
+            }
+        });
+    }
+    (at, ranks.wait(Duration::from_millis(timeout_ms * 3 + 60_000)))
+}
+
+/// (ms from the signal to the error, the error, ms the next call took) of a rank that failed.
+fn failure_of(o: &RankOutput, at: u128, label: &str) -> (u128, String, u128) {
+    let err_at: u128 = o
+        .field("ERR_AT ")
+        .unwrap_or_else(|| {
+            panic!("{label}: rank {} got no error ({:?}):\n{}\n{}", o.rank, o.status, o.stdout, o.stderr)
+        })
+        .parse()
+        .unwrap();
+    let err = o.field("ERR ").unwrap().to_string();
+    let again = o.field("AGAIN ").unwrap();
+    let again_ms: u128 = again.split(' ').next().unwrap().parse().unwrap();
+    assert!(again.contains("unusable after an earlier error"), "{label}: rank {}: {again}", o.rank);
+    assert!(o.status.success(), "{label}: rank {} exited {:?}:\n{}", o.rank, o.status, o.stderr);
+    (err_at.saturating_sub(at), err, again_ms)
+}
+
+fn killed(n: usize, backend: Backend, victims: &[usize]) {
+    let label = format!("{n} ranks over {backend:?}, kill -9 of {victims:?}");
+    let (at, outs) = signal_mid_collective(n, backend, victims, rustix::process::Signal::Kill, 30_000, None);
+    for o in outs.iter().filter(|o| !victims.contains(&o.rank)) {
+        let (after, err, again_ms) = failure_of(o, at, &label);
+        eprintln!("{label}: rank {} failed {after} ms after the kill: {err}", o.rank);
+        assert!(
+            victims.iter().any(|v| err.contains(&format!("rank {v}"))),
+            "{label}: rank {}: no dead rank named: {err}",
+            o.rank
+        );
+        assert!(after < 2_000, "{label}: rank {} took {after} ms: {err}", o.rank);
+        assert!(again_ms < 100, "{label}: rank {}: the next call took {again_ms} ms", o.rank);
+    }
+}
+
+fn stopped(n: usize, backend: Backend) {
+    let timeout = 2_000;
+    let label = format!("{n} ranks over {backend:?}, SIGSTOP of rank 0");
+    let cont = Duration::from_millis(timeout + 2_000);
+    let (at, outs) = signal_mid_collective(n, backend, &[0], rustix::process::Signal::Stop, timeout, Some(cont));
+    for o in &outs {
+        let (after, err, _) = failure_of(o, at, &label);
+        eprintln!("{label}: rank {} failed {after} ms after the stop: {err}", o.rank);
+        if o.rank == 0 {
+            // Continued after the others gave up: it finds them gone.
+            assert!(after >= cont.as_millis(), "{label}: rank 0 failed while stopped?");
+            continue;
+        }
+        assert!(err.contains("rank 0"), "{label}: rank {} does not name rank 0: {err}", o.rank);
+        assert!(err.contains("timed out"), "{label}: rank {}: not the deadline: {err}", o.rank);
+        // At the deadline (counted from the last progress, which may be a little before the
+        // stop), never long after it.
+        let t = timeout as u128;
+        assert!((t - 500..t + 3_000).contains(&after), "{label}: rank {} failed {after} ms after the stop", o.rank);
+    }
+}
+
+#[test]
+fn killed_coordinator_is_named_within_2s_over_tcp() {
+    for n in 2..=4 {
+        killed(n, Backend::Tcp, &[0]);
+    }
+}
+
+#[test]
+fn killed_coordinator_is_named_within_2s_over_shared_memory() {
+    for n in 2..=4 {
+        killed(n, Backend::Shm, &[0]);
+    }
+}
+
+#[test]
+fn killed_coordinator_is_named_within_2s_over_verbs() {
+    for n in 2..=4 {
+        killed(n, Backend::Verbs, &[0]);
+    }
+}
+
+#[test]
+fn two_ranks_killed_at_once_over_tcp() {
+    killed(3, Backend::Tcp, &[0, 2]);
+    killed(4, Backend::Tcp, &[0, 3]);
+    killed(4, Backend::Tcp, &[1, 2]);
+}
+
+#[test]
+fn two_ranks_killed_at_once_over_shared_memory() {
+    killed(3, Backend::Shm, &[0, 2]);
+    killed(4, Backend::Shm, &[1, 2]);
+}
+
+#[test]
+fn two_ranks_killed_at_once_over_verbs() {
+    killed(3, Backend::Verbs, &[0, 2]);
+    killed(4, Backend::Verbs, &[0, 3]);
+    killed(4, Backend::Verbs, &[1, 2]);
+}
+
+#[test]
+fn stopped_coordinator_fails_the_others_at_the_deadline_over_tcp() {
+    for n in 2..=4 {
+        stopped(n, Backend::Tcp);
+    }
+}
+
+#[test]
+fn stopped_coordinator_fails_the_others_at_the_deadline_over_shared_memory() {
+    for n in 2..=4 {
+        stopped(n, Backend::Shm);
+    }
+}
+
+#[test]
+fn stopped_coordinator_fails_the_others_at_the_deadline_over_verbs() {
+    for n in 2..=4 {
+        stopped(n, Backend::Verbs);
+    }
+}
