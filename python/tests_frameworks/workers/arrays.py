@@ -35,6 +35,10 @@ for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.in
     p = t.data_ptr()
     r = g.all_sum(t)
     assert r is t and t.data_ptr() == p and bool((t == tri).all()), (dt, t[:4])
+# A CPU tensor's numpy view is the tensor's memory too.
+t = torch.ones(4)
+g.all_sum(t.numpy())
+assert t.tolist() == [float(n)] * 4, t
 ag = g.all_gather(torch.tensor([rank, rank], dtype=torch.int32))
 assert isinstance(ag, torch.Tensor) and ag.tolist() == [q for q in range(n) for _ in range(2)], ag
 rs = g.reduce_scatter(torch.arange(2 * n, dtype=torch.float32), op="max")
