@@ -10,7 +10,7 @@ use clap::{Parser, ValueEnum};
 use boltccl_llm::comm::{Comm, SingleRank, TimedComm};
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::loader::{self, Checkpoint};
-use boltccl_llm::model::{LoadOptions, Model};
+use boltccl_llm::model::{LoadOptions, Model, WeightMode};
 use boltccl_llm::sample::Sampler;
 use boltccl_llm::shard::ShardPlan;
 use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
@@ -19,6 +19,13 @@ use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
 enum Backend {
     Cpu,
     Gpu,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Weights {
+    Q8,
+    Quant,
+    F32,
 }
 
 /// Tensor-parallel LLM decode over boltccl's all_sum.
@@ -66,10 +73,17 @@ struct Args {
     /// Verify after every step that all ranks hold bit-identical replicated state.
     #[arg(long)]
     check_sync: bool,
-    /// Keep Q8_0/Q4_0/Q4_1 GGUF weights quantised in memory (4-8x smaller; multiplied block by
-    /// block) instead of expanding them to f32 at load.
+    /// How Q8_0/Q4_0/Q4_1 GGUF weights are held and multiplied on the CPU: `q8` keeps the
+    /// blocks and quantises each product's input to 8 bits (integer dot products, like
+    /// llama.cpp); `quant` keeps the blocks with f32 inputs (f32 arithmetic, the GPU
+    /// backend's); `f32` expands them at load (4-7x the memory).
+    #[arg(long, value_enum, default_value_t = Weights::Q8)]
+    weights: Weights,
+    /// CPU threads per rank for the matrix products and attention (default: every core this
+    /// process may run on, or BOLTCCL_LLM_THREADS). With N ranks on one machine, give each
+    /// rank its share of the cores.
     #[arg(long)]
-    keep_quantized: bool,
+    threads: Option<usize>,
     /// Run N ranks as threads in this process (in-process stand-in for a boltccl group). With
     /// the `boltccl` feature, setting BOLTCCL_WORLD_SIZE etc. makes this process one rank of a
     /// real multi-process group instead.
@@ -132,7 +146,12 @@ fn run_rank(
 ) -> anyhow::Result<GenOutput> {
     let t = Instant::now();
     let plan = ShardPlan::new(ck.weights.config(), comm.rank(), comm.size())?;
-    let opts = LoadOptions { keep_quantized: args.keep_quantized };
+    let weights = match args.weights {
+        Weights::Q8 => WeightMode::Q8,
+        Weights::Quant => WeightMode::Quant,
+        Weights::F32 => WeightMode::F32,
+    };
+    let opts = LoadOptions { weights };
     #[allow(unused_mut)] // mutated only by the GPU upload
     let mut model = Model::load_with(ck.weights.as_ref(), plan, opts)?;
     #[cfg(feature = "gpu")]
@@ -211,6 +230,10 @@ fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(n) = args.threads {
+        anyhow::ensure!(n >= 1, "--threads must be at least 1");
+        boltccl_llm::ops::par::set_threads(n);
+    }
     let gpu = open_gpu(args.backend)?;
     anyhow::ensure!(args.local_ranks >= 1, "--local-ranks must be at least 1");
     let ck = loader::open(&args.model)?;

@@ -59,10 +59,32 @@ impl ShardPlan {
         let kv_heads = split_range(cfg.num_kv_heads, size, rank);
         let g = cfg.group_size();
         let q_heads = kv_heads.start * g..kv_heads.end * g;
-        let unit = if cfg.intermediate_size % 32 == 0 && cfg.intermediate_size / 32 >= size { 32 } else { 1 };
+        let unit = ffn_unit(cfg, size);
         let u = split_range(cfg.intermediate_size / unit, size, rank);
         let ffn = u.start * unit..u.end * unit;
         let vocab = split_range(cfg.vocab_size, size, rank);
         Ok(Self { rank, size, kv_heads, q_heads, ffn, vocab })
+    }
+
+    /// Whether every rank's MLP share (not only this one's) is made of whole `unit`s of
+    /// features, which the exact sums of the quantised model need for down_proj (see
+    /// [`crate::quant::dot`], step 6). The same answer on every rank.
+    pub fn ffn_in_units_of(&self, cfg: &ModelConfig, unit: usize) -> bool {
+        let u = ffn_unit(cfg, self.size);
+        cfg.intermediate_size.is_multiple_of(unit)
+            && (0..self.size).all(|r| {
+                let s = split_range(cfg.intermediate_size / u, self.size, r);
+                (s.start * u).is_multiple_of(unit) && (s.end * u).is_multiple_of(unit)
+            })
+    }
+}
+
+/// 32 features (one quantisation block) when the MLP is a multiple of 32 wide with at least one
+/// unit per rank, else single features.
+fn ffn_unit(cfg: &ModelConfig, size: usize) -> usize {
+    if cfg.intermediate_size.is_multiple_of(32) && cfg.intermediate_size / 32 >= size {
+        32
+    } else {
+        1
     }
 }

@@ -191,7 +191,7 @@ impl Params {
 impl GpuLayer {
     /// Builds the layer: uploads norms/biases, allocates the KV cache, makes the bind groups.
     pub fn new(ctx: &Arc<GpuContext>, k: &LayerKernels, s: LayerSpec<'_>) -> anyhow::Result<Self> {
-        ensure!(s.head_dim <= 256 && s.head_dim % 2 == 0, "GPU attention needs an even head_dim <= 256");
+        ensure!(s.head_dim <= 256 && s.head_dim.is_multiple_of(2), "GPU attention needs an even head_dim <= 256");
         let d = &ctx.device;
         use wgpu::BufferUsages as U;
         let init = |label, data: &[f32], usage| {
