@@ -6,7 +6,9 @@ start=$(date +%s)
 
 # System packages: rdma-core's verbs.h for the ABI layout test, iproute2 for namespace tests.
 # mesa-vulkan-drivers: lavapipe, a CPU Vulkan driver, for the inference example's GPU tests.
-bash scripts/deps.sh libibverbs-dev iproute2 pkg-config mesa-vulkan-drivers
+# qemu-user and an aarch64 cross linker: the example's NEON kernels run in user-mode emulation.
+bash scripts/deps.sh libibverbs-dev iproute2 pkg-config mesa-vulkan-drivers \
+  qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
 echo "== format and lints"
 cargo fmt --all -- --check
@@ -25,6 +27,19 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 echo "== inference example on the GPU backend (Vulkan; lavapipe on machines without a GPU)"
 cargo test -p boltccl-llm --features gpu --test gpu
+
+echo "== inference example's aarch64 (NEON) kernels: run under qemu when it and a cross linker are"
+echo "   installed, else built for the Macs' target (aarch64-apple-darwin) without linking"
+if command -v qemu-aarch64 >/dev/null && command -v aarch64-linux-gnu-gcc >/dev/null \
+    && rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1; then
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+    cargo test -p boltccl-llm --target aarch64-unknown-linux-gnu --lib --test quant_dot
+elif rustup target add aarch64-apple-darwin >/dev/null 2>&1; then
+  cargo build -p boltccl-llm --target aarch64-apple-darwin --lib
+else
+  echo "WARNING: no aarch64 Rust target could be installed; the NEON kernels were not compiled"
+fi
 
 echo "== C and Python bindings"
 CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" bash scripts/test-bindings.sh
