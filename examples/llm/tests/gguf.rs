@@ -4,12 +4,11 @@
 mod common;
 
 use boltccl_llm::config::RopeStyle;
+use boltccl_llm::loader;
 use boltccl_llm::loader::gguf::GgufModel;
-use boltccl_llm::loader::safetensors::StoreDtype;
-use boltccl_llm::loader::{self, Tensor};
 use boltccl_llm::model::{LoadOptions, WeightMode};
-use common::gguf_writer::{self as gw, Meta, RawTensor};
-use common::{max_diff, run_tp, temp_dir, tensors, write_checkpoint, Spec};
+use common::gguf_writer::build_with;
+use common::{max_diff, run_tp, Spec};
 
 fn spec() -> Spec {
     Spec {
@@ -27,55 +26,8 @@ fn spec() -> Spec {
     }
 }
 
-/// GGUF name and encoder for each HF tensor name: embedding Q8_0, attention Q4_1, MLP Q4_0,
-/// head F16, norms F32.
-fn encode(hf: &str, data: &[f32]) -> (String, u32, (Vec<u8>, Vec<f32>)) {
-    let g = loader::gguf::gguf_name(hf).unwrap();
-    let (ty, enc) = if hf.contains("norm") {
-        (0, gw::f32s(data))
-    } else if hf.contains("embed") {
-        (8, gw::q8_0(data))
-    } else if hf.contains("self_attn") {
-        (3, gw::q4_1(data))
-    } else if hf.contains("mlp") {
-        (2, gw::q4_0(data))
-    } else {
-        (1, gw::f16s(data))
-    };
-    (g, ty, enc)
-}
-
 fn build() -> (std::path::PathBuf, std::path::PathBuf) {
     build_with(&spec())
-}
-
-/// The GGUF file (quantised per [`encode`]) and its dequantised safetensors twin for `s`.
-fn build_with(s: &Spec) -> (std::path::PathBuf, std::path::PathBuf) {
-    let mut raw = Vec::new();
-    let mut dense = Vec::new();
-    for (name, t) in tensors(s) {
-        let (g, ty, (bytes, values)) = encode(&name, &t.data);
-        raw.push(RawTensor { name: g, shape: t.shape.clone(), ty, bytes });
-        dense.push((name, Tensor { shape: t.shape, data: values }));
-    }
-    let meta = [
-        ("general.architecture", Meta::Str("llama".into())),
-        ("general.alignment", Meta::U32(32)),
-        ("llama.embedding_length", Meta::U32(s.hidden as u32)),
-        ("llama.block_count", Meta::U32(s.layers as u32)),
-        ("llama.feed_forward_length", Meta::U32(s.ffn as u32)),
-        ("llama.attention.head_count", Meta::U32(s.heads as u32)),
-        ("llama.attention.head_count_kv", Meta::U32(s.kv_heads as u32)),
-        ("llama.rope.dimension_count", Meta::U32(s.head_dim as u32)),
-        ("llama.rope.freq_base", Meta::F32(10000.0)),
-        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
-        ("llama.context_length", Meta::U32(256)),
-    ];
-    let dir = temp_dir("gguf");
-    let path = dir.join("tiny.gguf");
-    std::fs::write(&path, gw::write(&meta, &raw)).unwrap();
-    let st = write_checkpoint(s, &dense, StoreDtype::F32);
-    (path, st)
 }
 
 #[test]

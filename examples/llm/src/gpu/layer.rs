@@ -395,11 +395,7 @@ impl GpuLayer {
     fn matvecs(&self, enc: &mut wgpu::CommandEncoder, mats: &[&Arc<GpuMat>]) {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
         for m in mats {
-            let pipeline = match (m.f16, &self.ctx.pipeline_f16) {
-                (true, Some(p)) => p,
-                _ => &self.ctx.pipeline,
-            };
-            pass.set_pipeline(pipeline);
+            pass.set_pipeline(self.ctx.pipeline_for(m.kind));
             pass.set_bind_group(0, &m.bind, &[]);
             pass.dispatch_workgroups(m.grid.0, m.grid.1, 1);
         }

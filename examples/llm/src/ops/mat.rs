@@ -140,8 +140,8 @@ impl Mat {
     }
 
     /// Rows `r` as a separate GPU matrix (e.g. one rank's slice of the output head), leaving
-    /// `self` on the CPU; `None` when the slice is empty. The GPU kernels are f32-only (or f16
-    /// with `f16`): quantised rows are decoded for the upload.
+    /// `self` on the CPU; `None` when the slice is empty. Quantised rows go up in their blocks
+    /// (the shaders decode them; `f16` does not apply); f32 rows as f32, or f16 with `f16`.
     #[cfg(feature = "gpu")]
     pub fn upload_rows(
         &self,
@@ -153,19 +153,16 @@ impl Mat {
         if r.is_empty() || self.cols == 0 {
             return Ok(None);
         }
-        let dense;
-        let data = match &self.quant {
-            Some(q) => {
-                let mut d = vec![0f32; r.len() * self.cols];
-                for (i, row) in d.chunks_exact_mut(self.cols).enumerate() {
-                    q.dequantize_row(r.start + i, row);
-                }
-                dense = d;
-                &dense
-            }
-            None => &self.data[r.start * self.cols..r.end * self.cols],
-        };
-        Ok(Some(crate::gpu::GpuMat::upload_as(ctx, r.len(), self.cols, data, f16)?))
+        Ok(Some(match &self.quant {
+            Some(q) => crate::gpu::GpuMat::upload_quant(ctx, q, r)?,
+            None => crate::gpu::GpuMat::upload_as(
+                ctx,
+                r.len(),
+                self.cols,
+                &self.data[r.start * self.cols..r.end * self.cols],
+                f16,
+            )?,
+        }))
     }
 
     /// `out` (`t x rows`) = `xs` (`t x cols`) · selfᵀ, on the CPU: each task's rows are read
