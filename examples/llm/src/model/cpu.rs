@@ -33,6 +33,17 @@ pub(super) struct Scratch {
     qx: Q8Act,
     qatt: Q8Act,
     qh: Q8Act,
+    /// The output head's buffers.
+    pub(super) head: HeadScratch,
+}
+
+/// Working memory of [`Model::logits`]: the normalised hidden state, it quantised, and this
+/// rank's slice of the logits.
+#[derive(Debug, Default)]
+pub(super) struct HeadScratch {
+    pub(super) xn: Vec<f32>,
+    pub(super) q: Q8Act,
+    pub(super) mine: Vec<f32>,
 }
 
 /// `v` as `n` values (growing it once; stale contents are overwritten by the caller).

@@ -19,6 +19,7 @@ use anyhow::{ensure, Context};
 use crate::comm::Comm;
 use crate::config::ModelConfig;
 use crate::ops::{rmsnorm_inplace, Mat};
+use crate::quant::Q8Act;
 use crate::shard::ShardPlan;
 
 pub use load::{LoadOptions, WeightMode};
@@ -246,7 +247,7 @@ impl Model {
         if !want_logits {
             return Ok(None);
         }
-        self.logits(&x[(t - 1) * h..], comm)
+        self.logits_with(&x[(t - 1) * h..], comm, &mut cache.scratch.head)
     }
 
     /// The output head: the separate `lm_head`, or the embedding when tied.
@@ -255,13 +256,19 @@ impl Model {
     }
 
     /// This rank's logits, rows `plan.vocab` of the head times the normalised `xn`: on the GPU
-    /// after `upload_to_gpu` (unless the slice is empty), else on the CPU.
-    fn head_slice(&self, xn: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
+    /// after `upload_to_gpu` (unless the slice is empty), else on the CPU (`q` holds `xn`
+    /// quantised when the head takes Q8 inputs).
+    fn head_slice(&self, xn: &[f32], q: &mut Q8Act, out: &mut [f32]) -> anyhow::Result<()> {
         #[cfg(feature = "gpu")]
         if let Some(g) = &self.head_gpu {
             return g.matvec(xn, out);
         }
-        self.head().matvec_rows(self.plan.vocab.clone(), xn, out)
+        let head = self.head();
+        let q = head.uses_q8().then(|| {
+            q.quantize(xn);
+            &*q
+        });
+        head.matvec_rows_q(self.plan.vocab.clone(), xn, q, out)
     }
 
     /// Logits `head · rmsnorm(hidden)` for a final hidden state `hidden` (the same on every
@@ -271,6 +278,16 @@ impl Model {
     /// the whole head computed on one rank (each row's dot product does not depend on the
     /// slicing).
     pub fn logits(&self, hidden: &[f32], comm: &dyn Comm) -> anyhow::Result<Option<Vec<f32>>> {
+        self.logits_with(hidden, comm, &mut cpu::HeadScratch::default())
+    }
+
+    /// [`Model::logits`] with reusable buffers (decode calls it once per token).
+    fn logits_with(
+        &self,
+        hidden: &[f32],
+        comm: &dyn Comm,
+        s: &mut cpu::HeadScratch,
+    ) -> anyhow::Result<Option<Vec<f32>>> {
         let cfg = &self.cfg;
         ensure!(hidden.len() == cfg.hidden_size, "hidden state has {} values, not {}", hidden.len(), cfg.hidden_size);
         ensure!(
@@ -281,15 +298,22 @@ impl Model {
             self.plan.rank,
             self.plan.size
         );
-        let mut xn = hidden.to_vec();
-        rmsnorm_inplace(&mut xn, &self.final_norm, cfg.rms_eps);
-        let mut mine = vec![0f32; self.plan.vocab.len()];
-        self.head_slice(&xn, &mut mine)?;
+        s.xn.clear();
+        s.xn.extend_from_slice(hidden);
+        rmsnorm_inplace(&mut s.xn, &self.final_norm, cfg.rms_eps);
+        if self.plan.size == 1 {
+            // One rank computes the whole head: into the returned vector, no gather.
+            let mut all = vec![0f32; cfg.vocab_size];
+            self.head_slice(&s.xn, &mut s.q, &mut all)?;
+            return Ok(Some(all));
+        }
+        s.mine.resize(self.plan.vocab.len(), 0.0);
+        self.head_slice(&s.xn, &mut s.q, &mut s.mine)?;
         let counts: Vec<usize> =
             (0..self.plan.size).map(|r| crate::shard::split_range(cfg.vocab_size, self.plan.size, r).len()).collect();
         let root = self.plan.rank == 0;
         let mut all = vec![0f32; if root { cfg.vocab_size } else { 0 }];
-        comm.gather_f32(&mine, &mut all, &counts, 0).context("gathering the logit slices")?;
+        comm.gather_f32(&s.mine, &mut all, &counts, 0).context("gathering the logit slices")?;
         Ok(root.then_some(all))
     }
 }

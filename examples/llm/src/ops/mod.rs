@@ -9,6 +9,7 @@ pub use mat::{matmul_many, matvec_many, products, products_exact, Mat};
 use crate::config::RopeStyle;
 
 /// Dot product with 8 independent accumulators (lets the compiler vectorise).
+#[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let ca = a.chunks_exact(8);
