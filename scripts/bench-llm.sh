@@ -5,7 +5,8 @@
 # two machines (joined here by TCP on localhost). Rows, run ROUNDS times interleaved (medians):
 #   TP=1 on cores 0-1 (2 threads)    llama.cpp on cores 0-1 (2 threads)
 #   TP=1 on core 0 (1 thread)        llama.cpp on core 0 (1 thread)
-#   TP=2, rank r on core r (1 thread each)
+#   TP=2, rank r on core r (1 thread each), processes over TCP
+#   TP=2, the same as two threads of one process (boltccl's in-memory transport)
 #   TP=3, three processes on the two cores (a correctness row: more ranks than cores)
 # plus the all_sum share of rank 0's decode time, rank 0's resident size, and whether each run
 # printed TP=1's text. Needs 2 cores (CORE0, CORE1), `taskset`, and LLAMA_PY pointing to a
@@ -57,9 +58,14 @@ run() {
   case "$1" in
     tp1x2) taskset -c "$C0,$C1" "${LLM[@]}" --threads 2 >"$out" 2>"$log" ;;
     tp1x1) taskset -c "$C0" "${LLM[@]}" --threads 1 >"$out" 2>"$log" ;;
-    # Rank r on core r: each process pins itself before it starts.
-    tp2) "$B/boltccl" launch -n 2 -- bash -c 'c=('"$C0 $C1"'); exec taskset -c "${c[$BOLTCCL_RANK]}" "$@"' _ \
+    # Rank r on core r: each process pins itself before it starts. A pinned process sees one
+    # core, so boltccl would take the two ranks for sharing it and sleep at once in all_sum;
+    # BOLTCCL_SPIN_US keeps a waiting rank polling (yielding) for up to 1 ms, as it does when
+    # it knows it has a core to itself.
+    tp2) BOLTCCL_SPIN_US=1000 "$B/boltccl" launch -n 2 -- \
+      bash -c 'c=('"$C0 $C1"'); exec taskset -c "${c[$BOLTCCL_RANK]}" "$@"' _ \
       "${LLM[@]}" --threads 1 >"$out" 2>"$log" ;;
+    tp2mem) taskset -c "$C0,$C1" "${LLM[@]}" --local-ranks 2 --threads 1 >"$out" 2>"$log" ;;
     tp3) "$B/boltccl" launch -n 3 -- "${LLM[@]}" --threads 1 >"$out" 2>"$log" ;;
     llama2) llama "$C0,$C1" 2 >"$log" 2>&1 ;;
     llama1) llama "$C0" 1 >"$log" 2>&1 ;;
@@ -83,7 +89,7 @@ col() { awk -v c="$2" '{ print $c }' "$RES/$1" | grep -v '^[-?]$' | median; }
 
 RES="$(mktemp -d)"
 trap 'rm -rf "$RES"' EXIT
-configs=(tp1x2 tp1x1 tp2 tp3)
+configs=(tp1x2 tp1x1 tp2 tp2mem tp3)
 [ "$have_llama" = 1 ] && configs+=(llama2 llama1)
 echo "$(date -u +%Y-%m-%d) $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), cores $C0,$C1;" \
   "GGUF $(( $(stat -c %s "$M") / 1048576 )) MiB; $TOKENS tokens, $ROUNDS interleaved rounds; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -109,13 +115,16 @@ row tp1x2 "boltccl-llm TP=1, 2 threads" "$C0,$C1"
 row tp1x1 "boltccl-llm TP=1, 1 thread" "$C0"
 [ "$have_llama" = 1 ] && row llama1 "llama.cpp, 1 thread" "$C0"
 row tp2 "boltccl-llm TP=2, 1 process per core (TCP)" "$C0 + $C1"
+row tp2mem "boltccl-llm TP=2, 2 threads of 1 process (in-memory)" "$C0,$C1"
 row tp3 "boltccl-llm TP=3, 3 processes on 2 cores (TCP)" "$C0,$C1"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "?" }'; }
 echo
-echo "TP=2 (one core per rank) / TP=1 on one core: $(ratio "$(tok tp2)" "$(tok tp1x1)")"
+echo "TP=2 (one core per rank, TCP) / TP=1 on one core: $(ratio "$(tok tp2)" "$(tok tp1x1)")"
+echo "TP=2 (two threads, in-memory) / TP=1 on one core: $(ratio "$(tok tp2mem)" "$(tok tp1x1)")"
 if [ "$have_llama" = 1 ]; then
   echo "TP=1 2 threads / llama.cpp 2 threads: $(ratio "$(tok tp1x2)" "$(tok llama2)")"
-  echo "TP=2 (one core per rank) / llama.cpp on one core: $(ratio "$(tok tp2)" "$(tok llama1)")"
+  echo "TP=2 (one core per rank, TCP) / llama.cpp on one core: $(ratio "$(tok tp2)" "$(tok llama1)")"
+  echo "TP=2 (two threads, in-memory) / llama.cpp on one core: $(ratio "$(tok tp2mem)" "$(tok llama1)")"
 else
   echo "llama.cpp rows not run (set LLAMA_PY to a Python with llama-cpp-python)"
 fi
