@@ -187,6 +187,42 @@ static void collectives(boltccl_group *g) {
     free(all);
 }
 
+/* Non-blocking calls: started in order, finished by boltccl_wait / boltccl_test. */
+static void nonblocking(boltccl_group *g) {
+    int rank = boltccl_rank(g), size = boltccl_size(g);
+    enum { M = 1 << 18 };
+    float *big = (float *)malloc(M * sizeof(float));
+    float *parts = (float *)malloc((size_t)size * sizeof(float));
+    float mine = (float)rank, root_val = rank == 0 ? 42.0f : 0.0f;
+    boltccl_request *sum = NULL, *gather = NULL, *bcast = NULL, *bad = (boltccl_request *)0x1;
+    size_t i;
+    int done = 0;
+
+    for (i = 0; i < M; i++) big[i] = 1.0f;
+    CHECK(boltccl_all_sum_async(g, big, big, M, BOLTCCL_FLOAT32, &sum));
+    CHECK(boltccl_all_gather_async(g, &mine, parts, 1, BOLTCCL_FLOAT32, &gather));
+    CHECK(boltccl_broadcast_async(g, &root_val, 1, BOLTCCL_FLOAT32, 0, &bcast));
+    /* Argument errors come back at once and leave the request pointer alone. */
+    EXPECT(boltccl_all_sum_async(g, big, big, M, 99, &bad) == BOLTCCL_RESULT_INVALID_PARAMETER, "async dtype");
+    EXPECT(bad == (boltccl_request *)0x1, "request untouched on failure");
+    /* A blocking call waits for the three started before it. */
+    CHECK(boltccl_barrier(g));
+    CHECK(boltccl_test(sum, &done));
+    EXPECT(done == 1, "all_sum done after the barrier that followed it");
+    CHECK(boltccl_wait(sum));
+    CHECK(boltccl_wait(gather));
+    CHECK(boltccl_wait(bcast));
+    EXPECT(big[0] == (float)size && big[M - 1] == (float)size, "async all_sum = %g", big[0]);
+    for (i = 0; i < (size_t)size; i++) EXPECT(parts[i] == (float)i, "async all_gather[%zu] = %g", i, parts[i]);
+    EXPECT(root_val == 42.0f, "async broadcast = %g", root_val);
+    boltccl_request_free(sum);
+    boltccl_request_free(gather);
+    boltccl_request_free(bcast);
+    boltccl_request_free(NULL);
+    free(big);
+    free(parts);
+}
+
 int main(int argc, char **argv) {
     boltccl_group *g = NULL;
     CHECK(boltccl_init(NULL, &g));
@@ -195,6 +231,7 @@ int main(int argc, char **argv) {
     } else {
         argument_errors(g);
         collectives(g);
+        nonblocking(g);
     }
     CHECK(boltccl_barrier(g));
     if (failures == 0 && argc <= 1) printf("rank %d of %d: ok (boltccl %s)\n", boltccl_rank(g), boltccl_size(g), boltccl_version());

@@ -179,12 +179,29 @@ typedef uint32_t boltccl_result;
 typedef struct boltccl_group boltccl_group;
 
 /**
- * Settings for `boltccl_init`. Zero-initialise it (`boltccl_config cfg = {0};`) and set the
- * fields you need: a zero or NULL field takes the library default (not the environment).
- * Settings that have no field here (algorithm, chunk size, ...) take their defaults.
- * The strings are copied during `boltccl_init`; they need not outlive the call.
+ * A started call (opaque). Made by the `boltccl_*_async` functions; finish it with
+ * `boltccl_wait` (or poll `boltccl_test`), then release it with `boltccl_request_free`.
+ *
+ * Buffers: the call reads and writes the caller's buffers until it has completed
+ * (`boltccl_wait` returned, or `boltccl_test` set `*done`); they must stay allocated and
+ * untouched until then. `boltccl_request_free` of an unfinished request waits for it first.
+ */
+typedef struct boltccl_request boltccl_request;
+
+/**
+ * Settings for `boltccl_init`. Prepare it with `boltccl_config_init(&cfg)` (which sets
+ * `size` and zeroes the rest), then set the fields you need: a zero or NULL field takes the
+ * library default (not the environment). Settings that have no field here (algorithm, chunk
+ * size, ...) take their defaults. The strings are copied during `boltccl_init`; they need
+ * not outlive the call.
  */
 typedef struct {
+  /**
+   * `sizeof(boltccl_config)` as the caller's header declared it: later versions append
+   * fields and read only what this size covers, so a program built against an older
+   * header keeps working. Set by `boltccl_config_init`.
+   */
+  size_t size;
   /**
    * This process's rank, `0 <= rank < world_size`.
    */
@@ -221,6 +238,15 @@ typedef uint32_t boltccl_dtype;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Prepare `*cfg` for `boltccl_init`: every field zero (the defaults) and `size` set.
+ * NULL is ignored.
+ *
+ * # Safety
+ * `cfg` must be NULL or point to writable storage for one `boltccl_config`.
+ */
+void boltccl_config_init(boltccl_config *cfg);
 
 /**
  * Form a group and store its handle in `*out`.
@@ -371,6 +397,109 @@ const char *boltccl_last_error(void);
  * The library version as a static string (`"0.1.0"`).
  */
 const char *boltccl_version(void);
+
+/**
+ * Start `boltccl_all_sum` without waiting; `*req` gets the request.
+ *
+ * # Safety
+ * As for `boltccl_all_sum`, and `in`/`out` must stay valid and untouched until the request
+ * completes; `req` must point to writable storage for one pointer.
+ */
+boltccl_result boltccl_all_sum_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, boltccl_request **req);
+
+/**
+ * Start `boltccl_all_max` without waiting; as `boltccl_all_sum_async`.
+ *
+ * # Safety
+ * As for `boltccl_all_sum_async`.
+ */
+boltccl_result boltccl_all_max_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, boltccl_request **req);
+
+/**
+ * Start `boltccl_all_min` without waiting; as `boltccl_all_sum_async`.
+ *
+ * # Safety
+ * As for `boltccl_all_sum_async`.
+ */
+boltccl_result boltccl_all_min_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, boltccl_request **req);
+
+/**
+ * Start `boltccl_all_gather` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_all_gather`, with the buffers kept until the request completes; `req`
+ * writable.
+ */
+boltccl_result boltccl_all_gather_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, boltccl_request **req);
+
+/**
+ * Start `boltccl_reduce_scatter` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_reduce_scatter`, with the buffers kept until the request completes;
+ * `req` writable.
+ */
+boltccl_result boltccl_reduce_scatter_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, boltccl_request **req);
+
+/**
+ * Start `boltccl_broadcast` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_broadcast`, with `buf` kept until the request completes; `req` writable.
+ */
+boltccl_result boltccl_broadcast_async(const boltccl_group *g, void *buf, size_t count, boltccl_dtype dtype, int root, boltccl_request **req);
+
+/**
+ * Start `boltccl_send` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_send`, with `buf` kept until the request completes; `req` writable.
+ */
+boltccl_result boltccl_send_async(const boltccl_group *g, const void *buf, size_t bytes, int peer, boltccl_request **req);
+
+/**
+ * Start `boltccl_recv` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_recv`, with `buf` kept until the request completes; `req` writable.
+ */
+boltccl_result boltccl_recv_async(const boltccl_group *g, void *buf, size_t bytes, int peer, boltccl_request **req);
+
+/**
+ * Start a barrier without waiting.
+ *
+ * # Safety
+ * `g` must be a live group handle; `req` writable.
+ */
+boltccl_result boltccl_barrier_async(const boltccl_group *g, boltccl_request **req);
+
+/**
+ * Has the call completed? Sets `*done` to 1 and returns the call's result when it has;
+ * sets `*done` to 0 and returns `BOLTCCL_RESULT_OK` while it runs or waits its turn. Never
+ * blocks.
+ *
+ * # Safety
+ * `req` must be a live request handle; `done` must point to a writable `int`.
+ */
+boltccl_result boltccl_test(const boltccl_request *req, int *done);
+
+/**
+ * Wait for the call and return its result (the group's deadlines bound the wait: a call
+ * that stops making progress fails). May be called again; the result stays the same.
+ *
+ * # Safety
+ * `req` must be a live request handle.
+ */
+boltccl_result boltccl_wait(const boltccl_request *req);
+
+/**
+ * Release a request; an unfinished one is waited for first (its buffers are in use until
+ * then). NULL is ignored.
+ *
+ * # Safety
+ * `req` must be NULL or a live request handle, freed only once.
+ */
+void boltccl_request_free(boltccl_request *req);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -30,8 +30,8 @@ fi
 # The header must compile as C99 and as C++ on its own.
 cc="${CC:-cc}"
 cxx="${CXX:-c++}"
-printf '#include "boltccl.h"\nint main(void) { boltccl_config c = {0}; (void)c; return BOLTCCL_FLOAT32; }\n' >"$tmp/c.c"
+printf '#include "boltccl.h"\nint main(void) { boltccl_config c; boltccl_config_init(&c); (void)c; return BOLTCCL_FLOAT32; }\n' >"$tmp/c.c"
 "$cc" -std=c99 -Wall -Wextra -Werror -pedantic -Iinclude -c "$tmp/c.c" -o "$tmp/c.o"
-printf '#include "boltccl.h"\nint main() { boltccl_config c = {}; (void)c; return BOLTCCL_FLOAT32; }\n' >"$tmp/cxx.cc"
+printf '#include "boltccl.h"\nint main() { boltccl_config c; boltccl_config_init(&c); (void)c; return BOLTCCL_FLOAT32; }\n' >"$tmp/cxx.cc"
 "$cxx" -std=c++11 -Wall -Wextra -Werror -pedantic -Iinclude -c "$tmp/cxx.cc" -o "$tmp/cxx.o"
 echo "check-header: include/boltccl.h is up to date and compiles as C99 and C++11"

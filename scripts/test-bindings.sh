@@ -37,11 +37,11 @@ export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PAT
 cc -std=c99 -Wall -Wextra -Werror -pedantic -O2 examples/allsum.c $(pkg-config --cflags --libs boltccl) \
     -Wl,-rpath,"$prefix/lib" -o "$prefix/bin/allsum"
 for n in 2 4; do
-    timeout 150 "$venv/bin/python" python/boltccl/launch.py -n "$n" --timeout 120 -- "$prefix/bin/allsum"
+    timeout 150 "$venv/bin/python" -m boltccl.launch -n "$n" --timeout 120 -- "$prefix/bin/allsum"
 done
 
 step "Rust reference for the bitwise comparison"
-timeout 1200 cargo build -q --example digest
+timeout 1200 cargo build -q -p boltccl --example digest
 rust_digest="${CARGO_TARGET_DIR:-$root/target}/debug/examples/digest"
 
 step "pytest"

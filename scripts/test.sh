@@ -44,6 +44,9 @@ fi
 echo "== C and Python bindings"
 CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" bash scripts/test-bindings.sh
 
+echo "== frameworks: real launchers, torch.distributed backend, torch/MLX/JAX arrays"
+CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" bash scripts/test-frameworks.sh
+
 echo "== benches build"
 cargo bench --workspace --no-run
 

@@ -1,7 +1,8 @@
 //! Result codes and the thread-local last-error message.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, CStr, CString};
+use std::sync::OnceLock;
 
 /// The outcome of every fallible boltccl call. `BOLTCCL_RESULT_OK` (0) is success; every
 /// other value is an error. The numbers are stable: a value is never renumbered or reused
@@ -74,8 +75,13 @@ impl boltccl_result {
 
     /// The code for a library error.
     pub(crate) fn from_error(e: &boltccl::Error) -> boltccl_result {
+        boltccl_result::from_kind(e.kind())
+    }
+
+    /// The code for a kind of library error: these numbers are ABI, never renumbered.
+    fn from_kind(kind: boltccl::ErrorKind) -> boltccl_result {
         use boltccl::ErrorKind as K;
-        match e.kind() {
+        match kind {
             K::InvalidArgument => boltccl_result::InvalidArgument,
             K::Config => boltccl_result::Config,
             K::Mismatch => boltccl_result::Mismatch,
@@ -94,25 +100,20 @@ impl boltccl_result {
     }
 
     /// A static, NUL-terminated description of the code.
-    pub(crate) fn describe(code: u32) -> &'static std::ffi::CStr {
+    pub(crate) fn describe(code: u32) -> &'static CStr {
+        static KINDS: OnceLock<Vec<(u32, CString)>> = OnceLock::new();
+        let kinds = KINDS.get_or_init(|| {
+            boltccl::ErrorKind::ALL
+                .iter()
+                .map(|&k| (boltccl_result::from_kind(k) as u32, CString::new(k.description()).expect("no NUL")))
+                .collect()
+        });
         match code {
             0 => c"success",
             9000 => c"a required pointer argument was NULL",
             9001 => c"panic inside boltccl (a bug, please report it)",
             9002 => c"invalid parameter",
-            9100 => c"invalid argument",
-            9101 => c"configuration error",
-            9102 => c"ranks disagree",
-            9103 => c"peer lost",
-            9104 => c"aborted by another rank",
-            9105 => c"timed out",
-            9106 => c"I/O error",
-            9107 => c"protocol error",
-            9108 => c"unsupported",
-            9109 => c"another call is in progress on this group",
-            9110 => c"interrupted",
-            9111 => c"internal error",
-            _ => c"unknown result code",
+            _ => kinds.iter().find(|(c, _)| *c == code).map_or(c"unknown result code", |(_, d)| d.as_c_str()),
         }
     }
 }

@@ -14,12 +14,16 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+mod ops;
 mod panic;
+mod request;
 
 pub use error::boltccl_result;
+pub use request::*;
 
-use boltccl::{Config, DType, Group, ReduceOp};
+use boltccl::{Config, Group, Op, ReduceOp};
 use error::{fail, fail_with, last_error_ptr};
+use ops::rank_arg;
 use panic::{check_null, ffi_panic_boundary, try_ffi};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::time::Duration;
@@ -59,13 +63,18 @@ pub enum boltccl_dtype_value {
     BOLTCCL_UINT64 = 11,
 }
 
-/// Settings for `boltccl_init`. Zero-initialise it (`boltccl_config cfg = {0};`) and set the
-/// fields you need: a zero or NULL field takes the library default (not the environment).
-/// Settings that have no field here (algorithm, chunk size, ...) take their defaults.
-/// The strings are copied during `boltccl_init`; they need not outlive the call.
+/// Settings for `boltccl_init`. Prepare it with `boltccl_config_init(&cfg)` (which sets
+/// `size` and zeroes the rest), then set the fields you need: a zero or NULL field takes the
+/// library default (not the environment). Settings that have no field here (algorithm, chunk
+/// size, ...) take their defaults. The strings are copied during `boltccl_init`; they need
+/// not outlive the call.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct boltccl_config {
+    /// `sizeof(boltccl_config)` as the caller's header declared it: later versions append
+    /// fields and read only what this size covers, so a program built against an older
+    /// header keeps working. Set by `boltccl_config_init`.
+    pub size: usize,
     /// This process's rank, `0 <= rank < world_size`.
     pub rank: c_int,
     /// Number of ranks (at least 1).
@@ -79,6 +88,29 @@ pub struct boltccl_config {
     pub timeout_ms: u64,
     /// Deadline for forming the group in milliseconds (0: 60000).
     pub init_timeout_ms: u64,
+}
+
+/// Prepare `*cfg` for `boltccl_init`: every field zero (the defaults) and `size` set.
+/// NULL is ignored.
+///
+/// # Safety
+/// `cfg` must be NULL or point to writable storage for one `boltccl_config`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_config_init(cfg: *mut boltccl_config) {
+    if cfg.is_null() {
+        return;
+    }
+    let blank = boltccl_config {
+        size: std::mem::size_of::<boltccl_config>(),
+        rank: 0,
+        world_size: 0,
+        coordinator: std::ptr::null(),
+        job_key: std::ptr::null(),
+        timeout_ms: 0,
+        init_timeout_ms: 0,
+    };
+    // SAFETY: non-NULL and writable per the caller's contract.
+    unsafe { cfg.write(blank) };
 }
 
 /// A group of ranks (opaque). Created by `boltccl_init` or `boltccl_split`, released with
@@ -102,68 +134,6 @@ unsafe fn group<'a>(g: *const boltccl_group) -> &'a Group {
 
 fn into_handle(g: Group) -> *mut boltccl_group {
     Box::into_raw(Box::new(g)) as *mut boltccl_group
-}
-
-fn dtype(d: boltccl_dtype) -> Result<DType, boltccl_result> {
-    u8::try_from(d).ok().and_then(DType::from_u8).ok_or_else(|| {
-        fail_with(
-            boltccl_result::InvalidParameter,
-            format!("unknown dtype {d}: pass one of BOLTCCL_FLOAT32 ... BOLTCCL_UINT64"),
-        )
-    })
-}
-
-fn rank_arg(what: &str, r: c_int) -> Result<usize, boltccl_result> {
-    usize::try_from(r).map_err(|_| fail_with(boltccl_result::InvalidParameter, format!("{what} {r} is negative")))
-}
-
-fn byte_len(count: usize, d: DType) -> Result<usize, boltccl_result> {
-    count.checked_mul(d.size()).filter(|&n| n <= isize::MAX as usize).ok_or_else(|| {
-        fail_with(boltccl_result::InvalidParameter, format!("count {count} of {d} overflows the address space"))
-    })
-}
-
-/// A read-only slice from a C pointer; NULL is allowed only for zero bytes.
-///
-/// # Safety
-/// When `len > 0`, `p` must point to `len` readable bytes that stay valid for `'a`.
-unsafe fn slice<'a>(name: &str, p: *const c_void, len: usize) -> Result<&'a [u8], boltccl_result> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(fail_with(boltccl_result::NullParameter, format!("argument `{name}` is NULL")));
-    }
-    // SAFETY: non-NULL, and the caller guarantees `len` readable bytes.
-    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
-}
-
-/// A writable slice from a C pointer; NULL is allowed only for zero bytes.
-///
-/// # Safety
-/// When `len > 0`, `p` must point to `len` writable bytes, valid and not otherwise
-/// accessed for `'a`.
-unsafe fn slice_mut<'a>(name: &str, p: *mut c_void, len: usize) -> Result<&'a mut [u8], boltccl_result> {
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if p.is_null() {
-        return Err(fail_with(boltccl_result::NullParameter, format!("argument `{name}` is NULL")));
-    }
-    // SAFETY: non-NULL, and the caller guarantees `len` exclusive writable bytes.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) })
-}
-
-/// Fail unless the byte ranges `[a, a+alen)` and `[b, b+blen)` are disjoint.
-fn disjoint(a: *const c_void, alen: usize, b: *const c_void, blen: usize) -> Result<(), boltccl_result> {
-    let (a, b) = (a as usize, b as usize);
-    if alen == 0 || blen == 0 || a.saturating_add(alen) <= b || b.saturating_add(blen) <= a {
-        return Ok(());
-    }
-    Err(fail_with(
-        boltccl_result::InvalidParameter,
-        "the input and output buffers overlap: pass the same pointer for in place, or disjoint buffers",
-    ))
 }
 
 /// Read an optional NUL-terminated UTF-8 string.
@@ -196,13 +166,29 @@ unsafe fn opt_str(name: &str, p: *const c_char) -> Result<Option<String>, boltcc
 pub unsafe extern "C" fn boltccl_init(cfg: *const boltccl_config, out: *mut *mut boltccl_group) -> boltccl_result {
     ffi_panic_boundary! {
         check_null!(out);
+        // A C program has no `tracing` subscriber: warnings go to stderr (BOLTCCL_LOG filters).
+        boltccl::log_to_stderr();
         let config = if cfg.is_null() {
             match Config::from_env() {
                 Ok(c) => c,
                 Err(e) => return fail(e),
             }
         } else {
-            // SAFETY: non-NULL and valid per the caller's contract.
+            // SAFETY: non-NULL and valid per the caller's contract; `size` comes first in
+            // every version of the struct.
+            let size = unsafe { (*cfg).size };
+            if size != std::mem::size_of::<boltccl_config>() {
+                return fail_with(
+                    boltccl_result::InvalidParameter,
+                    format!(
+                        "boltccl_config.size is {size}, not {} (this library's sizeof(boltccl_config)): \
+                         prepare the config with boltccl_config_init(&cfg), and build against this \
+                         version's boltccl.h",
+                        std::mem::size_of::<boltccl_config>()
+                    ),
+                );
+            }
+            // SAFETY: as above, and `size` says the caller's struct is this version's.
             let c = unsafe { &*cfg };
             let rank = try_ffi!(rank_arg("rank", c.rank));
             let world_size = try_ffi!(rank_arg("world_size", c.world_size));
@@ -296,38 +282,14 @@ pub unsafe extern "C" fn boltccl_barrier(g: *const boltccl_group) -> boltccl_res
     }
 }
 
-/// Shared body of the three reductions.
-///
-/// # Safety
-/// As for `boltccl_all_sum`.
-unsafe fn all_reduce(
-    op: ReduceOp,
-    g: *const boltccl_group,
-    input: *const c_void,
-    output: *mut c_void,
-    count: usize,
-    dt: boltccl_dtype,
-) -> boltccl_result {
-    check_null!(g);
-    let d = try_ffi!(dtype(dt));
-    let len = try_ffi!(byte_len(count, d));
-    // SAFETY: live handle per the contract.
-    let g = unsafe { group(g) };
-    let r = if input as *const u8 == output as *const u8 {
-        // SAFETY: `count` writable elements at `output` per the contract.
-        let out = try_ffi!(unsafe { slice_mut("out", output, len) });
-        g.all_reduce_raw(op, d, None, out)
-    } else {
-        try_ffi!(disjoint(input, len, output, len));
-        // SAFETY: `count` readable elements at `input`, disjoint from `output` (checked).
-        let inp = try_ffi!(unsafe { slice("in", input, len) });
-        // SAFETY: `count` writable elements at `output` per the contract.
-        let out = try_ffi!(unsafe { slice_mut("out", output, len) });
-        g.all_reduce_raw(op, d, Some(inp), out)
-    };
-    match r {
-        Ok(()) => boltccl_result::Ok,
-        Err(e) => fail(e),
+/// Run a blocking call built from C arguments.
+fn finish(g: &Group, op: Result<Op<'_>, boltccl_result>) -> boltccl_result {
+    match op {
+        Ok(op) => match g.call(op) {
+            Ok(()) => boltccl_result::Ok,
+            Err(e) => fail(e),
+        },
+        Err(code) => code,
     }
 }
 
@@ -346,8 +308,13 @@ pub unsafe extern "C" fn boltccl_all_sum(
     count: usize,
     dtype: boltccl_dtype,
 ) -> boltccl_result {
-    // SAFETY: forwarded contract.
-    ffi_panic_boundary! { unsafe { all_reduce(ReduceOp::Sum, g, r#in, out, count, dtype) } }
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::all_reduce(ReduceOp::Sum, r#in, out, count, dtype) })
+    }
 }
 
 /// Elementwise maximum across ranks; otherwise as `boltccl_all_sum`.
@@ -362,8 +329,13 @@ pub unsafe extern "C" fn boltccl_all_max(
     count: usize,
     dtype: boltccl_dtype,
 ) -> boltccl_result {
-    // SAFETY: forwarded contract.
-    ffi_panic_boundary! { unsafe { all_reduce(ReduceOp::Max, g, r#in, out, count, dtype) } }
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::all_reduce(ReduceOp::Max, r#in, out, count, dtype) })
+    }
 }
 
 /// Elementwise minimum across ranks; otherwise as `boltccl_all_sum`.
@@ -378,8 +350,13 @@ pub unsafe extern "C" fn boltccl_all_min(
     count: usize,
     dtype: boltccl_dtype,
 ) -> boltccl_result {
-    // SAFETY: forwarded contract.
-    ffi_panic_boundary! { unsafe { all_reduce(ReduceOp::Min, g, r#in, out, count, dtype) } }
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::all_reduce(ReduceOp::Min, r#in, out, count, dtype) })
+    }
 }
 
 /// Gather: `out` (`size * count` elements) gets every rank's `in` (`count` elements), in rank
@@ -398,20 +375,10 @@ pub unsafe extern "C" fn boltccl_all_gather(
 ) -> boltccl_result {
     ffi_panic_boundary! {
         check_null!(g);
-        let d = try_ffi!(self::dtype(dtype));
         // SAFETY: live handle per the contract.
         let g = unsafe { group(g) };
-        let len = try_ffi!(byte_len(count, d));
-        let out_len = try_ffi!(byte_len(count.saturating_mul(g.size()), d));
-        try_ffi!(disjoint(r#in, len, out, out_len));
-        // SAFETY: readable `count` elements per the contract; disjoint from `out` (checked).
-        let inp = try_ffi!(unsafe { slice("in", r#in, len) });
-        // SAFETY: writable `size * count` elements per the contract.
-        let outp = try_ffi!(unsafe { slice_mut("out", out, out_len) });
-        match g.all_gather_raw(d, inp, outp) {
-            Ok(()) => boltccl_result::Ok,
-            Err(e) => fail(e),
-        }
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::all_gather(g, r#in, out, count, dtype) })
     }
 }
 
@@ -431,20 +398,10 @@ pub unsafe extern "C" fn boltccl_reduce_scatter(
 ) -> boltccl_result {
     ffi_panic_boundary! {
         check_null!(g);
-        let d = try_ffi!(self::dtype(dtype));
         // SAFETY: live handle per the contract.
         let g = unsafe { group(g) };
-        let len = try_ffi!(byte_len(count, d));
-        let in_len = try_ffi!(byte_len(count.saturating_mul(g.size()), d));
-        try_ffi!(disjoint(r#in, in_len, out, len));
-        // SAFETY: readable `size * count` elements per the contract; disjoint (checked).
-        let inp = try_ffi!(unsafe { slice("in", r#in, in_len) });
-        // SAFETY: writable `count` elements per the contract.
-        let outp = try_ffi!(unsafe { slice_mut("out", out, len) });
-        match g.reduce_scatter_raw(ReduceOp::Sum, d, inp, outp) {
-            Ok(()) => boltccl_result::Ok,
-            Err(e) => fail(e),
-        }
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::reduce_scatter(g, r#in, out, count, dtype) })
     }
 }
 
@@ -462,16 +419,10 @@ pub unsafe extern "C" fn boltccl_broadcast(
 ) -> boltccl_result {
     ffi_panic_boundary! {
         check_null!(g);
-        let d = try_ffi!(self::dtype(dtype));
-        let root = try_ffi!(rank_arg("root", root));
-        let len = try_ffi!(byte_len(count, d));
-        // SAFETY: writable `count` elements per the contract.
-        let b = try_ffi!(unsafe { slice_mut("buf", buf, len) });
         // SAFETY: live handle per the contract.
-        match unsafe { group(g) }.broadcast_raw(d, b, root) {
-            Ok(()) => boltccl_result::Ok,
-            Err(e) => fail(e),
-        }
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::broadcast(buf, count, dtype, root) })
     }
 }
 
@@ -489,14 +440,10 @@ pub unsafe extern "C" fn boltccl_send(
 ) -> boltccl_result {
     ffi_panic_boundary! {
         check_null!(g);
-        let peer = try_ffi!(rank_arg("peer", peer));
-        // SAFETY: readable `bytes` bytes per the contract.
-        let b = try_ffi!(unsafe { slice("buf", buf, bytes) });
         // SAFETY: live handle per the contract.
-        match unsafe { group(g) }.send_raw(DType::U8, b, peer) {
-            Ok(()) => boltccl_result::Ok,
-            Err(e) => fail(e),
-        }
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::send(buf, bytes, peer) })
     }
 }
 
@@ -513,14 +460,10 @@ pub unsafe extern "C" fn boltccl_recv(
 ) -> boltccl_result {
     ffi_panic_boundary! {
         check_null!(g);
-        let peer = try_ffi!(rank_arg("peer", peer));
-        // SAFETY: writable `bytes` bytes per the contract.
-        let b = try_ffi!(unsafe { slice_mut("buf", buf, bytes) });
         // SAFETY: live handle per the contract.
-        match unsafe { group(g) }.recv_raw(DType::U8, b, peer) {
-            Ok(()) => boltccl_result::Ok,
-            Err(e) => fail(e),
-        }
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::recv(buf, bytes, peer) })
     }
 }
 

@@ -1,6 +1,8 @@
 //! Unit tests of the C ABI, called from Rust as C would call it (single-rank groups).
 
 use super::*;
+use crate::ops::dtype;
+use boltccl::DType;
 use std::ptr::{null, null_mut};
 
 fn last() -> String {
@@ -8,15 +10,33 @@ fn last() -> String {
     unsafe { CStr::from_ptr(boltccl_last_error()) }.to_string_lossy().into_owned()
 }
 
+fn blank_config() -> boltccl_config {
+    let mut cfg = std::mem::MaybeUninit::<boltccl_config>::uninit();
+    // SAFETY: valid out pointer; `boltccl_config_init` writes every field.
+    unsafe {
+        boltccl_config_init(cfg.as_mut_ptr());
+        cfg.assume_init()
+    }
+}
+
+#[test]
+fn config_size_is_checked() {
+    let good = boltccl_config { world_size: 1, ..blank_config() };
+    assert_eq!(good.size, std::mem::size_of::<boltccl_config>());
+    let mut g = null_mut();
+    for size in [0, good.size - 8, good.size + 8] {
+        let wrong = boltccl_config { size, ..good };
+        // SAFETY: valid config and out pointer.
+        assert_eq!(unsafe { boltccl_init(&wrong, &mut g) }, boltccl_result::InvalidParameter);
+        assert!(last().contains("boltccl_config_init"), "{}", last());
+        assert!(g.is_null());
+    }
+    // SAFETY: NULL is ignored.
+    unsafe { boltccl_config_init(null_mut()) };
+}
+
 fn one_rank() -> *mut boltccl_group {
-    let cfg = boltccl_config {
-        rank: 0,
-        world_size: 1,
-        coordinator: null(),
-        job_key: null(),
-        timeout_ms: 0,
-        init_timeout_ms: 0,
-    };
+    let cfg = boltccl_config { world_size: 1, ..blank_config() };
     let mut g = null_mut();
     // SAFETY: valid config and out pointer.
     assert_eq!(unsafe { boltccl_init(&cfg, &mut g) }, boltccl_result::Ok, "{}", last());
@@ -64,14 +84,7 @@ fn null_arguments_return_codes_and_leave_outputs_alone() {
         assert_eq!(boltccl_size(null()), -1);
         boltccl_group_free(null_mut());
 
-        let bad = boltccl_config {
-            rank: 3,
-            world_size: 2,
-            coordinator: c"127.0.0.1:1".as_ptr(),
-            job_key: null(),
-            timeout_ms: 0,
-            init_timeout_ms: 0,
-        };
+        let bad = boltccl_config { rank: 3, world_size: 2, coordinator: c"127.0.0.1:1".as_ptr(), ..blank_config() };
         let sentinel = 0x10 as *mut boltccl_group;
         let mut out = sentinel;
         assert_eq!(boltccl_init(&bad, &mut out), boltccl_result::Config);
@@ -143,4 +156,84 @@ fn panics_become_a_code() {
 fn version_is_the_crate_version() {
     // SAFETY: static NUL-terminated string.
     assert_eq!(unsafe { CStr::from_ptr(boltccl_version()) }.to_str().unwrap(), boltccl::VERSION);
+}
+
+fn two_ranks_rank0(timeout_ms: u64) -> (*mut boltccl_group, std::thread::JoinHandle<usize>) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let coord = std::ffi::CString::new(format!("127.0.0.1:{port}")).unwrap();
+    let coord1 = coord.clone();
+    // Rank 1 joins, then leaves at once without making any call: its handle is dropped.
+    let other = std::thread::spawn(move || {
+        let cfg = boltccl_config { rank: 1, world_size: 2, coordinator: coord1.as_ptr(), timeout_ms, ..blank_config() };
+        let mut g = null_mut();
+        // SAFETY: valid config and out pointer.
+        assert_eq!(unsafe { boltccl_init(&cfg, &mut g) }, boltccl_result::Ok);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // SAFETY: made above, freed once.
+        unsafe { boltccl_group_free(g) };
+        1
+    });
+    let cfg = boltccl_config { rank: 0, world_size: 2, coordinator: coord.as_ptr(), timeout_ms, ..blank_config() };
+    let mut g = null_mut();
+    // SAFETY: valid config and out pointer.
+    assert_eq!(unsafe { boltccl_init(&cfg, &mut g) }, boltccl_result::Ok, "{}", last());
+    (g, other)
+}
+
+#[test]
+fn async_calls_test_wait_and_free() {
+    let g = one_rank();
+    let mut x = [1.5f32; 64];
+    let mut y = [0f32; 64];
+    let mut req: *mut boltccl_request = null_mut();
+    // SAFETY: live group, buffers outlive the request (waited below), valid out pointer.
+    unsafe {
+        assert_eq!(
+            boltccl_all_sum_async(g, x.as_ptr().cast(), y.as_mut_ptr().cast(), 64, 0, &mut req),
+            boltccl_result::Ok
+        );
+        assert_eq!(boltccl_wait(req), boltccl_result::Ok);
+        let mut done = 0;
+        assert_eq!(boltccl_test(req, &mut done), boltccl_result::Ok);
+        assert_eq!(done, 1);
+        boltccl_request_free(req);
+        boltccl_request_free(null_mut());
+        // Argument errors come back at start; `req` is left alone.
+        let mut untouched = std::ptr::dangling_mut::<boltccl_request>();
+        assert_eq!(
+            boltccl_all_sum_async(g, x.as_ptr().cast(), x.as_mut_ptr().cast(), 64, 99, &mut untouched),
+            boltccl_result::InvalidParameter
+        );
+        assert_eq!(untouched, std::ptr::dangling_mut::<boltccl_request>());
+        assert_eq!(boltccl_barrier_async(g, null_mut()), boltccl_result::NullParameter);
+        // Freeing an unwaited request waits for it.
+        assert_eq!(boltccl_broadcast_async(g, x.as_mut_ptr().cast(), 64, 0, 0, &mut req), boltccl_result::Ok);
+        boltccl_request_free(req);
+        boltccl_group_free(g);
+    }
+    assert_eq!(y, [1.5f32; 64]);
+}
+
+#[test]
+fn an_async_failure_comes_back_from_wait_with_its_message() {
+    let (g, other) = two_ranks_rank0(5000);
+    let mut x = [1f32; 16];
+    let mut req: *mut boltccl_request = null_mut();
+    let t = std::time::Instant::now();
+    // SAFETY: live group; `x` outlives the request (waited and freed below).
+    unsafe {
+        assert_eq!(
+            boltccl_all_sum_async(g, x.as_ptr().cast(), x.as_mut_ptr().cast(), 16, 0, &mut req),
+            boltccl_result::Ok
+        );
+        let r = boltccl_wait(req);
+        assert!(matches!(r, boltccl_result::PeerLost | boltccl_result::Aborted), "{r:?}: {}", last());
+        assert!(last().contains("rank 1"), "{}", last());
+        // The group is poisoned: a later blocking call fails with the same cause.
+        assert_ne!(boltccl_barrier(g), boltccl_result::Ok);
+        boltccl_request_free(req);
+        boltccl_group_free(g);
+    }
+    assert!(t.elapsed() < std::time::Duration::from_secs(4), "named within moments");
+    other.join().unwrap();
 }

@@ -37,35 +37,50 @@ const PYBUF_FORMAT: c_int = 0x0004;
 const PYBUF_STRIDES: c_int = 0x0010 | 0x0008;
 const PYBUF_C_CONTIGUOUS: c_int = 0x0020 | PYBUF_STRIDES;
 
-/// An exported buffer, released (with the GIL held) when dropped.
+/// A buffer-protocol export, released (with the GIL held) when dropped.
+struct BufferExport(Box<RawBuffer>);
+
+impl Drop for BufferExport {
+    fn drop(&mut self) {
+        // SAFETY: filled by a successful `PyObject_GetBuffer` and released once. Views are
+        // dropped where the GIL is held (pymethods, or a Work holding them).
+        unsafe { PyBuffer_Release(&mut *self.0) }
+    }
+}
+
+enum Export {
+    Buffer(BufferExport),
+    DlPack(crate::dlpack::Managed),
+}
+
+/// An exported array: its memory stays put and alive while this is held.
 pub struct View {
-    raw: Box<RawBuffer>,
+    export: Export,
     /// The element type, from the format or the caller's `dtype`.
     pub dtype: DType,
 }
 
-// SAFETY: the exporter keeps the memory alive and in place until `PyBuffer_Release`; the
-// pointer is only dereferenced (by boltccl) while the view is held. `View` is released by
-// `Drop`, which runs with the GIL held (views never leave the `#[pymethods]` that made them).
+// SAFETY: the exporter keeps the memory alive and in place until the export is released;
+// the pointer is only dereferenced (by boltccl) while the view is held. A buffer-protocol
+// export is released in `Drop`, which runs with the GIL held (views are dropped in
+// pymethods or by a Work, both holding the GIL).
 unsafe impl Send for View {}
-
-impl Drop for View {
-    fn drop(&mut self) {
-        // SAFETY: `raw` was filled by a successful `PyObject_GetBuffer` and is released once.
-        // Views are dropped inside pymethods, where the GIL is held.
-        unsafe { PyBuffer_Release(&mut *self.raw) }
-    }
-}
 
 impl View {
     /// Start address.
     pub fn addr(&self) -> usize {
-        self.raw.buf as usize
+        match &self.export {
+            Export::Buffer(b) => b.0.buf as usize,
+            Export::DlPack(m) => m.addr,
+        }
     }
 
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.raw.len as usize
+        match &self.export {
+            Export::Buffer(b) => b.0.len as usize,
+            Export::DlPack(m) => m.len,
+        }
     }
 }
 
@@ -97,29 +112,63 @@ pub fn view(obj: &Bound<'_, PyAny>, writable: bool, dtype: Option<DType>, what: 
     // Slow path: find out what is wrong, or fall back to an export without a format
     // (numpy refuses a format for ml_dtypes' bfloat16).
     let Some(raw) = try_get(obj, PYBUF_STRIDES | PYBUF_FORMAT).or_else(|| try_get(obj, PYBUF_STRIDES)) else {
+        // No buffer protocol: DLPack (torch CPU tensors).
+        if let Some(m) = crate::dlpack::export(obj, what)? {
+            return from_dlpack(obj, m, writable, dtype, what);
+        }
         return Err(PyTypeError::new_err(format!(
-            "{what} must support the buffer protocol (a numpy array, memoryview, array.array, bytearray, \
-             or a torch CPU tensor through .numpy()), got {}",
+            "{what} must be an array in CPU memory, with the buffer protocol or DLPack (a numpy array, \
+             torch CPU tensor, mlx.core array, JAX array, memoryview, array.array or bytearray); got {}",
             type_name(obj)
         )));
     };
     let name = type_name(obj);
     if writable && raw.readonly != 0 {
-        // SAFETY: release the probe view (GIL held).
-        drop(View { raw, dtype: DType::U8 });
-        return Err(PyValueError::new_err(format!(
-            "{what} ({name}) is read-only, but this call writes into it: pass a writable buffer \
-             (for numpy, x.copy() or an array with x.flags.writeable set)"
-        )));
+        // Release the probe view (GIL held).
+        drop(BufferExport(raw));
+        return Err(read_only(what, &name));
     }
     if !is_c_contiguous(&raw) {
-        drop(View { raw, dtype: DType::U8 });
+        drop(BufferExport(raw));
         return Err(PyValueError::new_err(format!(
             "{what} ({name}) is not C-contiguous: boltccl works in place on contiguous memory; \
              pass numpy.ascontiguousarray({what}) (and copy the result back if needed)"
         )));
     }
     finish(obj, raw, dtype, what)
+}
+
+fn read_only(what: &str, name: &str) -> PyErr {
+    PyValueError::new_err(format!(
+        "{what} ({name}) is read-only (JAX arrays are immutable), but this call writes into it: pass \
+         out= a writable array (numpy.empty_like({what})) to reduce out of place, or a writable copy"
+    ))
+}
+
+fn from_dlpack(
+    obj: &Bound<'_, PyAny>,
+    m: crate::dlpack::Managed,
+    writable: bool,
+    dtype: Option<DType>,
+    what: &str,
+) -> PyResult<View> {
+    if writable && m.readonly {
+        return Err(read_only(what, &type_name(obj)));
+    }
+    let dt = match dtype {
+        Some(d) if d.size() != m.dtype.size() => {
+            return Err(PyTypeError::new_err(format!(
+                "dtype={} has {}-byte elements but {what} has {}-byte elements ({})",
+                d.name(),
+                d.size(),
+                m.dtype.size(),
+                m.dtype
+            )))
+        }
+        Some(d) => d,
+        None => m.dtype,
+    };
+    Ok(View { export: Export::DlPack(m), dtype: dt })
 }
 
 fn is_c_contiguous(raw: &RawBuffer) -> bool {
@@ -148,7 +197,7 @@ fn finish(obj: &Bound<'_, PyAny>, raw: Box<RawBuffer>, dtype: Option<DType>, wha
         // SAFETY: a non-NULL format is a NUL-terminated string owned by the export.
         Some(unsafe { CStr::from_ptr(raw.format) }.to_string_lossy().into_owned())
     };
-    let mut view = View { raw, dtype: DType::U8 };
+    let mut view = View { export: Export::Buffer(BufferExport(raw)), dtype: DType::U8 };
     let from_format = match &format {
         Some(f) => from_format(f, itemsize),
         None if itemsize == 2 && is_bfloat16_array(obj) => Ok(DType::BF16),
@@ -193,6 +242,9 @@ fn is_bfloat16_array(obj: &Bound<'_, PyAny>) -> bool {
 
 /// The element type of a struct-module format string with items of `itemsize` bytes.
 pub fn from_format(format: &str, itemsize: usize) -> Result<DType, String> {
+    if format == "bfloat16" && itemsize == 2 {
+        return Ok(DType::BF16); // mlx.core arrays name it so
+    }
     let code = match format.as_bytes() {
         [b'@' | b'=' | b'<', c] | [c] => *c,
         [b'>' | b'!', _] if cfg!(target_endian = "little") => {

@@ -6,8 +6,10 @@
 //! Ctrl-C reaches a blocked call through the group's interrupt check.
 
 mod buffer;
+mod dlpack;
+mod work;
 
-use boltccl::{Config, DType, ErrorKind, Group, ReduceOp};
+use boltccl::{Config, DType, ErrorKind, Group, Op, ReduceOp};
 use buffer::{parse_dtype, view, View};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -18,13 +20,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A signal exception (KeyboardInterrupt) caught by the interrupt check, raised after the call.
-type Pending = Arc<Mutex<Option<PyErr>>>;
+pub(crate) type Pending = Arc<Mutex<Option<PyErr>>>;
 
 /// A group of ranks (see `boltccl.Group` in the stubs for the documentation).
 #[pyclass(module = "boltccl", name = "Group", frozen, subclass)]
 pub struct PyGroup {
-    inner: Arc<Group>,
+    inner: Option<Arc<Group>>,
     pending: Pending,
+}
+
+impl Drop for PyGroup {
+    fn drop(&mut self) {
+        if let Some(g) = self.inner.take() {
+            Python::with_gil(|py| work::release_group(py, g));
+        }
+    }
 }
 
 static ERRORS: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
@@ -34,25 +44,19 @@ fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>>
     Ok(module.bind(py).getattr(name)?.downcast_into::<PyType>()?)
 }
 
-fn kind_name(k: ErrorKind) -> &'static str {
-    match k {
-        ErrorKind::InvalidArgument => "invalid_argument",
-        ErrorKind::Config => "config",
-        ErrorKind::Mismatch => "mismatch",
-        ErrorKind::PeerLost => "peer_lost",
-        ErrorKind::Aborted => "aborted",
-        ErrorKind::Timeout => "timeout",
-        ErrorKind::Io => "io",
-        ErrorKind::Protocol => "protocol",
-        ErrorKind::Unsupported => "unsupported",
-        ErrorKind::Busy => "busy",
-        ErrorKind::Interrupted => "interrupted",
-        _ => "internal",
-    }
+/// A `boltccl.errors` exception of class `class` with `kind` and no rank.
+pub(crate) fn raise(py: Python<'_>, class: &str, kind: &str, msg: String) -> PyErr {
+    let build = || -> PyResult<PyErr> {
+        let inst = error_class(py, class)?.call1((msg.clone(),))?;
+        inst.setattr("kind", kind)?;
+        inst.setattr("rank", py.None())?;
+        Ok(PyErr::from_value(inst))
+    };
+    build().unwrap_or_else(|err| err)
 }
 
 /// Map a boltccl error to a Python exception (a caught KeyboardInterrupt wins).
-fn to_py(py: Python<'_>, e: boltccl::Error, pending: Option<&Pending>) -> PyErr {
+pub(crate) fn to_py(py: Python<'_>, e: boltccl::Error, pending: Option<&Pending>) -> PyErr {
     if let Some(p) = pending.and_then(|p| p.lock().take()) {
         return p;
     }
@@ -70,7 +74,7 @@ fn to_py(py: Python<'_>, e: boltccl::Error, pending: Option<&Pending>) -> PyErr 
     let build = || -> PyResult<PyErr> {
         let cls = error_class(py, class)?;
         let inst = cls.call1((msg.clone(),))?;
-        inst.setattr("kind", kind_name(kind))?;
+        inst.setattr("kind", kind.name())?;
         inst.setattr("rank", e.rank())?;
         Ok(PyErr::from_value(inst))
     };
@@ -105,38 +109,46 @@ fn init(
     timeout: Option<f64>,
     init_timeout: Option<f64>,
 ) -> PyResult<PyGroup> {
-    let mut cfg = Config::from_env().map_err(|e| to_py(py, e, None))?;
+    // Python has no `tracing` subscriber: warnings go to stderr (BOLTCCL_LOG filters).
+    boltccl::log_to_stderr();
     let nonneg = |what: &str, v: i64| {
         usize::try_from(v).map_err(|_| PyValueError::new_err(format!("{what} must be >= 0, got {v}")))
     };
-    let seconds = |what: &str, v: f64| {
+    let millis = |what: &str, v: f64| {
         if v.is_finite() && v > 0.0 {
-            Ok(Duration::from_secs_f64(v))
+            Ok(((v * 1000.0).ceil() as u64).max(1))
         } else {
             Err(PyValueError::new_err(format!("{what} must be a positive number of seconds, got {v}")))
         }
     };
+    // The keywords act as the BOLTCCL_* variables they stand for: they win over the
+    // environment and over what a launcher's variables say.
+    let mut given: Vec<(&str, String)> = Vec::new();
     if let Some(r) = rank {
-        cfg.rank = nonneg("rank", r)?;
+        given.push((boltccl::config::RANK, nonneg("rank", r)?.to_string()));
     }
     if let Some(n) = world_size {
-        cfg.world_size = nonneg("world_size", n)?;
+        given.push((boltccl::config::WORLD_SIZE, nonneg("world_size", n)?.to_string()));
     }
-    if coordinator.is_some() {
-        cfg.coordinator = coordinator;
+    if let Some(c) = coordinator {
+        given.push((boltccl::config::COORDINATOR, c));
     }
-    if job_key.is_some() {
-        cfg.job_key = job_key;
+    if let Some(k) = job_key {
+        given.push((boltccl::config::JOB_KEY, k));
     }
     if let Some(t) = timeout {
-        cfg.timeout = seconds("timeout", t)?;
+        given.push((boltccl::config::TIMEOUT_MS, millis("timeout", t)?.to_string()));
     }
     if let Some(t) = init_timeout {
-        cfg.init_timeout = seconds("init_timeout", t)?;
+        given.push((boltccl::config::INIT_TIMEOUT_MS, millis("init_timeout", t)?.to_string()));
     }
+    let cfg = Config::from_lookup(|k| {
+        given.iter().find(|(name, _)| *name == k).map(|(_, v)| v.clone()).or_else(|| std::env::var(k).ok())
+    })
+    .map_err(|e| to_py(py, e, None))?;
     let g = py.allow_threads(|| Group::new(cfg)).map_err(|e| to_py(py, e, None))?;
     let pending = install_interrupt(&g);
-    Ok(PyGroup { inner: Arc::new(g), pending })
+    Ok(PyGroup { inner: Some(Arc::new(g)), pending })
 }
 
 /// Raw address and length of a view, passed into `allow_threads` closures (which must be Send).
@@ -185,10 +197,47 @@ fn peer_arg(what: &str, v: i64) -> PyResult<usize> {
 }
 
 impl PyGroup {
+    fn g(&self) -> &Arc<Group> {
+        self.inner.as_ref().expect("a group is only emptied when dropped")
+    }
+
     fn err(&self, py: Python<'_>, e: boltccl::Error) -> PyErr {
         to_py(py, e, Some(&self.pending))
     }
 
+    /// Run `op` (built from `views`' memory): blocking with the GIL released, or started
+    /// (`async_op`) and handed back as a Work that keeps `views` and `objects` alive until
+    /// the call completes. Returns `result` (or the Work).
+    ///
+    /// # Safety
+    /// `op` must borrow only memory exported by `views`, with writes only into writable
+    /// exports, and no two of its buffers may overlap unless they are the same in-place one.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn dispatch<'py>(
+        &self,
+        py: Python<'py>,
+        op: Op<'_>,
+        views: Vec<View>,
+        objects: Vec<Py<PyAny>>,
+        result: Bound<'py, PyAny>,
+        async_op: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let g = self.g();
+        if !async_op {
+            let r = py.allow_threads(|| g.call(op));
+            drop(views);
+            r.map_err(|e| self.err(py, e))?;
+            return Ok(result);
+        }
+        // SAFETY: the views (and the objects) stay alive until the request completes: the
+        // Work releases them only from its completion function.
+        let req = unsafe { g.start_unchecked(op) }.map_err(|e| self.err(py, e))?;
+        let keep = work::KeepAlive { views, objects, group: g.clone() };
+        let w = work::PyWork::new(req, result.clone().unbind(), keep, self.pending.clone());
+        Ok(Bound::new(py, w)?.into_any())
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn reduce<'py>(
         &self,
         py: Python<'py>,
@@ -196,48 +245,40 @@ impl PyGroup {
         x: Bound<'py, PyAny>,
         out: Option<Bound<'py, PyAny>>,
         dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dt = parse_dtype(dtype)?;
-        let g = &*self.inner;
+        let in_place = |v: View, result: Bound<'py, PyAny>| {
+            let keep = vec![x.clone().unbind(), result.clone().unbind()];
+            let s = Span::of(&v);
+            // SAFETY: `v` is a writable export; the call is in place.
+            let op = Op::AllReduce { op, dtype: v.dtype, input: None, output: unsafe { s.bytes_mut() } };
+            // SAFETY: the op borrows only `v`'s memory.
+            unsafe { self.dispatch(py, op, vec![v], keep, result, async_op) }
+        };
         match out {
-            None => {
-                let v = view(&x, true, dt, "x")?;
-                let s = Span::of(&v);
-                // SAFETY: `v` keeps the writable export alive for the call; nothing else borrows it.
-                let r = py.allow_threads(|| g.all_reduce_raw(op, v.dtype, None, unsafe { s.bytes_mut() }));
-                drop(v);
-                r.map_err(|e| self.err(py, e))?;
-                Ok(x)
-            }
+            None => in_place(view(&x, true, dt, "x")?, x.clone()),
+            Some(out) if out.is(&x) => in_place(view(&out, true, dt, "out")?, out.clone()),
             Some(out) => {
                 let o = view(&out, true, dt, "out")?;
-                if out.is(&x) {
-                    let s = Span::of(&o);
-                    // SAFETY: as above.
-                    let r = py.allow_threads(|| g.all_reduce_raw(op, o.dtype, None, unsafe { s.bytes_mut() }));
-                    drop(o);
-                    r.map_err(|e| self.err(py, e))?;
-                    return Ok(out);
-                }
                 let v = view(&x, false, dt, "x")?;
                 same_type(&v, &o)?;
                 let (si, so) = (Span::of(&v), Span::of(&o));
-                let r = if si.0 == so.0 && si.1 == so.1 {
-                    // SAFETY: the same memory: reduce in place through the writable export.
-                    py.allow_threads(|| g.all_reduce_raw(op, o.dtype, None, unsafe { so.bytes_mut() }))
-                } else if si.overlaps(so) {
+                if si.0 == so.0 && si.1 == so.1 {
+                    drop(v);
+                    return in_place(o, out.clone());
+                }
+                if si.overlaps(so) {
                     return Err(PyValueError::new_err(
                         "x and out overlap: pass the same buffer for in place, or disjoint buffers",
                     ));
-                } else {
-                    // SAFETY: both exports are alive for the call and the memory is disjoint.
-                    py.allow_threads(|| {
-                        g.all_reduce_raw(op, o.dtype, Some(unsafe { si.bytes() }), unsafe { so.bytes_mut() })
-                    })
-                };
-                drop((v, o));
-                r.map_err(|e| self.err(py, e))?;
-                Ok(out)
+                }
+                // SAFETY: both exports are alive for the call and the memory is disjoint.
+                let (input, output) = unsafe { (si.bytes(), so.bytes_mut()) };
+                let op = Op::AllReduce { op, dtype: o.dtype, input: Some(input), output };
+                let objects = vec![x.unbind(), out.clone().unbind()];
+                // SAFETY: the op borrows only the two views' disjoint memory.
+                unsafe { self.dispatch(py, op, vec![v, o], objects, out, async_op) }
             }
         }
     }
@@ -264,7 +305,8 @@ impl PyGroup {
         dtype: Option<&Bound<'py, PyAny>>,
         num: usize,
         den: usize,
-        f: impl FnOnce(&Group, DType, &[u8], &mut [u8]) -> boltccl::Result<()> + Send,
+        async_op: bool,
+        make: impl FnOnce(DType, &'static [u8], &'static mut [u8]) -> Op<'static>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let dt = parse_dtype(dtype)?;
         let v = view(&x, false, dt, "x")?;
@@ -278,13 +320,20 @@ impl PyGroup {
         if si.overlaps(so) {
             return Err(PyValueError::new_err("x and out overlap: pass disjoint buffers"));
         }
-        let g = &*self.inner;
-        let d = v.dtype;
         // SAFETY: both exports are alive for the call and the memory is disjoint.
-        let r = py.allow_threads(|| f(g, d, unsafe { si.bytes() }, unsafe { so.bytes_mut() }));
-        drop((v, o));
-        r.map_err(|e| self.err(py, e))?;
-        Ok(out)
+        let op = make(v.dtype, unsafe { si.bytes() }, unsafe { so.bytes_mut() });
+        let objects = vec![x.unbind(), out.clone().unbind()];
+        // SAFETY: the op borrows only the two views' disjoint memory.
+        unsafe { self.dispatch(py, op, vec![v, o], objects, out, async_op) }
+    }
+}
+
+fn parse_op(name: &str) -> PyResult<ReduceOp> {
+    match name.to_ascii_lowercase().as_str() {
+        "sum" => Ok(ReduceOp::Sum),
+        "max" => Ok(ReduceOp::Max),
+        "min" => Ok(ReduceOp::Min),
+        _ => Err(PyValueError::new_err(format!("op={name:?}: boltccl reduces with \"sum\", \"max\" or \"min\""))),
     }
 }
 
@@ -293,131 +342,161 @@ impl PyGroup {
     /// This process's rank in the group, 0-based.
     #[getter]
     fn rank(&self) -> usize {
-        self.inner.rank()
+        self.g().rank()
     }
 
     /// Number of ranks in the group.
     #[getter]
     fn size(&self) -> usize {
-        self.inner.size()
+        self.g().size()
     }
 
-    /// Wait until every rank has called barrier().
-    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
-        let g = &*self.inner;
-        py.allow_threads(|| g.barrier()).map_err(|e| self.err(py, e))
+    /// Wait until every rank has called barrier() (or start it: `async_op=True`).
+    #[pyo3(signature = (*, async_op=false))]
+    fn barrier<'py>(&self, py: Python<'py>, async_op: bool) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: a barrier borrows no memory.
+        unsafe { self.dispatch(py, Op::Barrier, Vec::new(), Vec::new(), py.None().into_bound(py), async_op) }
     }
 
-    /// Elementwise sum across ranks: in place in `x`, or into `out`. Returns the result buffer.
-    #[pyo3(signature = (x, out=None, *, dtype=None))]
+    /// Elementwise sum across ranks: in place in `x`, or into `out`. Returns the result buffer
+    /// (or, with `async_op=True`, a Work whose `wait()` returns it).
+    #[pyo3(signature = (x, out=None, *, dtype=None, async_op=false))]
     fn all_sum<'py>(
         &self,
         py: Python<'py>,
         x: Bound<'py, PyAny>,
         out: Option<Bound<'py, PyAny>>,
         dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.reduce(py, ReduceOp::Sum, x, out, dtype)
+        self.reduce(py, ReduceOp::Sum, x, out, dtype, async_op)
     }
 
     /// Elementwise maximum across ranks; like all_sum.
-    #[pyo3(signature = (x, out=None, *, dtype=None))]
+    #[pyo3(signature = (x, out=None, *, dtype=None, async_op=false))]
     fn all_max<'py>(
         &self,
         py: Python<'py>,
         x: Bound<'py, PyAny>,
         out: Option<Bound<'py, PyAny>>,
         dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.reduce(py, ReduceOp::Max, x, out, dtype)
+        self.reduce(py, ReduceOp::Max, x, out, dtype, async_op)
     }
 
     /// Elementwise minimum across ranks; like all_sum.
-    #[pyo3(signature = (x, out=None, *, dtype=None))]
+    #[pyo3(signature = (x, out=None, *, dtype=None, async_op=false))]
     fn all_min<'py>(
         &self,
         py: Python<'py>,
         x: Bound<'py, PyAny>,
         out: Option<Bound<'py, PyAny>>,
         dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.reduce(py, ReduceOp::Min, x, out, dtype)
+        self.reduce(py, ReduceOp::Min, x, out, dtype, async_op)
     }
 
     /// Every rank's `x`, concatenated in rank order, in a new array (or in `out`).
-    #[pyo3(signature = (x, out=None, *, dtype=None))]
+    #[pyo3(signature = (x, out=None, *, dtype=None, async_op=false))]
     fn all_gather<'py>(
         &self,
         py: Python<'py>,
         x: Bound<'py, PyAny>,
         out: Option<Bound<'py, PyAny>>,
         dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let n = self.inner.size();
-        self.gather_like(py, x, out, dtype, n, 1, |g, d, i, o| g.all_gather_raw(d, i, o))
+        let n = self.g().size();
+        self.gather_like(py, x, out, dtype, n, 1, async_op, |dtype, input, output| Op::AllGather {
+            dtype,
+            input,
+            output,
+        })
     }
 
-    /// Sum `x` (size blocks) across ranks; returns this rank's block (new array, or `out`).
-    #[pyo3(signature = (x, out=None, *, dtype=None))]
+    /// Reduce `x` (size blocks) across ranks with `op` ("sum", "max", "min"); returns this
+    /// rank's block (new array, or `out`).
+    #[pyo3(signature = (x, out=None, *, dtype=None, op="sum", async_op=false))]
+    #[allow(clippy::too_many_arguments)]
     fn reduce_scatter<'py>(
         &self,
         py: Python<'py>,
         x: Bound<'py, PyAny>,
         out: Option<Bound<'py, PyAny>>,
         dtype: Option<&Bound<'py, PyAny>>,
+        op: &str,
+        async_op: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let n = self.inner.size();
-        self.gather_like(py, x, out, dtype, 1, n, |g, d, i, o| g.reduce_scatter_raw(ReduceOp::Sum, d, i, o))
+        let n = self.g().size();
+        let op = parse_op(op)?;
+        self.gather_like(py, x, out, dtype, 1, n, async_op, move |dtype, input, output| Op::ReduceScatter {
+            op,
+            dtype,
+            input,
+            output,
+        })
     }
 
     /// Every rank's `x` gets `root`'s, in place. Returns `x`.
-    #[pyo3(signature = (x, root=0, *, dtype=None))]
+    #[pyo3(signature = (x, root=0, *, dtype=None, async_op=false))]
     fn broadcast<'py>(
         &self,
         py: Python<'py>,
         x: Bound<'py, PyAny>,
         root: i64,
         dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let root = peer_arg("root", root)?;
         let v = view(&x, true, parse_dtype(dtype)?, "x")?;
-        let (s, d, g) = (Span::of(&v), v.dtype, &*self.inner);
+        let s = Span::of(&v);
         // SAFETY: the writable export is alive for the call.
-        let r = py.allow_threads(|| g.broadcast_raw(d, unsafe { s.bytes_mut() }, root));
-        drop(v);
-        r.map_err(|e| self.err(py, e))?;
-        Ok(x)
+        let op = Op::Broadcast { dtype: v.dtype, buf: unsafe { s.bytes_mut() }, root };
+        let keep = vec![x.clone().unbind()];
+        // SAFETY: the op borrows only `v`'s memory.
+        unsafe { self.dispatch(py, op, vec![v], keep, x, async_op) }
     }
 
     /// Send `x` to rank `peer`, which must recv() a buffer of the same type and length.
-    #[pyo3(signature = (x, peer, *, dtype=None))]
-    fn send(&self, py: Python<'_>, x: Bound<'_, PyAny>, peer: i64, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    #[pyo3(signature = (x, peer, *, dtype=None, async_op=false))]
+    fn send<'py>(
+        &self,
+        py: Python<'py>,
+        x: Bound<'py, PyAny>,
+        peer: i64,
+        dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let peer = peer_arg("peer", peer)?;
         let v = view(&x, false, parse_dtype(dtype)?, "x")?;
-        let (s, d, g) = (Span::of(&v), v.dtype, &*self.inner);
+        let s = Span::of(&v);
         // SAFETY: the export is alive for the call.
-        let r = py.allow_threads(|| g.send_raw(d, unsafe { s.bytes() }, peer));
-        drop(v);
-        r.map_err(|e| self.err(py, e))
+        let op = Op::Send { dtype: v.dtype, buf: unsafe { s.bytes() }, peer };
+        let keep = vec![x.unbind()];
+        // SAFETY: the op borrows only `v`'s memory.
+        unsafe { self.dispatch(py, op, vec![v], keep, py.None().into_bound(py), async_op) }
     }
 
     /// Receive into `x` from rank `peer`. Returns `x`.
-    #[pyo3(signature = (x, peer, *, dtype=None))]
+    #[pyo3(signature = (x, peer, *, dtype=None, async_op=false))]
     fn recv<'py>(
         &self,
         py: Python<'py>,
         x: Bound<'py, PyAny>,
         peer: i64,
         dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let peer = peer_arg("peer", peer)?;
         let v = view(&x, true, parse_dtype(dtype)?, "x")?;
-        let (s, d, g) = (Span::of(&v), v.dtype, &*self.inner);
+        let s = Span::of(&v);
         // SAFETY: the writable export is alive for the call.
-        let r = py.allow_threads(|| g.recv_raw(d, unsafe { s.bytes_mut() }, peer));
-        drop(v);
-        r.map_err(|e| self.err(py, e))?;
-        Ok(x)
+        let op = Op::Recv { dtype: v.dtype, buf: unsafe { s.bytes_mut() }, peer };
+        let keep = vec![x.clone().unbind()];
+        // SAFETY: the op borrows only `v`'s memory.
+        unsafe { self.dispatch(py, op, vec![v], keep, x, async_op) }
     }
 
     /// Split into sub-groups by `color` (ranks passing None join none and get None), ordered
@@ -430,22 +509,63 @@ impl PyGroup {
                 PyValueError::new_err(format!("color must be None or between 0 and {}, got {c}", u32::MAX))
             })?),
         };
-        let g = &*self.inner;
+        let g = self.g();
         let sub = py.allow_threads(|| g.split(color, key)).map_err(|e| self.err(py, e))?;
-        Ok(sub.map(|s| PyGroup { inner: Arc::new(s), pending: self.pending.clone() }))
+        Ok(sub.map(|s| PyGroup { inner: Some(Arc::new(s)), pending: self.pending.clone() }))
     }
 
     fn __repr__(&self) -> String {
-        format!("<boltccl.Group rank {} of {}>", self.inner.rank(), self.inner.size())
+        format!("<boltccl.Group rank {} of {}>", self.g().rank(), self.g().size())
     }
 }
 
 /// The compiled part of the boltccl package.
+/// Run a job with the launcher `boltccl launch` uses (see `boltccl.launch`): `n` local ranks,
+/// or one per entry of the JSON `hostfile`, started over ssh. Returns the exit code, and each rank's output
+/// when `capture` is true (else nothing is captured: output is relayed with a `[rank]` prefix).
+#[pyfunction]
+#[pyo3(signature = (command, *, n=None, hostfile=None, port=None, env=Vec::new(), pin=true, timeout=None, capture=false))]
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    py: Python<'_>,
+    command: Vec<String>,
+    n: Option<usize>,
+    hostfile: Option<std::path::PathBuf>,
+    port: Option<u16>,
+    env: Vec<(String, String)>,
+    pin: bool,
+    timeout: Option<f64>,
+    capture: bool,
+) -> PyResult<(i32, Vec<String>)> {
+    use boltccl_launch::{Job, Placement};
+    let placement = match (hostfile, n) {
+        (Some(path), _) => Placement::Hosts(boltccl_launch::load_hostfile(&path).map_err(PyValueError::new_err)?),
+        (None, Some(n)) => Placement::Local(n),
+        (None, None) => return Err(PyValueError::new_err("say how many ranks (n=...) or give a hostfile")),
+    };
+    let timeout = match timeout {
+        Some(t) if !(t.is_finite() && t > 0.0) => {
+            return Err(PyValueError::new_err(format!("timeout must be a positive number of seconds, got {t}")))
+        }
+        t => t.map(Duration::from_secs_f64),
+    };
+    let job = Job { placement, port, env, pin, timeout, command };
+    py.allow_threads(|| {
+        if capture {
+            boltccl_launch::run_captured(&job).map_err(PyValueError::new_err)
+        } else {
+            Ok((boltccl_launch::run(&job), Vec::new()))
+        }
+    })
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGroup>()?;
+    m.add_class::<work::PyWork>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(launch, m)?)?;
     m.add("__version__", boltccl::VERSION)?;
     m.add("DTYPES", DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>())?;
     Ok(())

@@ -1,9 +1,10 @@
-"""Helpers: run worker scripts as N ranks (our own spawner, with a deadline)."""
+"""Helpers: run worker scripts as N ranks (through boltccl's launcher, with a deadline)."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Dict, List
@@ -15,10 +16,29 @@ from boltccl import launch
 WORKERS = Path(__file__).parent / "workers"
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(rank: int, n: int, coordinator: str, job_key: str) -> Dict[str, str]:
+    """The environment of one rank, for tests that start ranks by hand (to signal one)."""
+    env = dict(os.environ)
+    env.update(
+        BOLTCCL_RANK=str(rank),
+        BOLTCCL_WORLD_SIZE=str(n),
+        BOLTCCL_COORDINATOR=coordinator,
+        BOLTCCL_JOB_KEY=job_key,
+        BOLTCCL_LOCAL_WORLD_SIZE=str(n),
+    )
+    return env
+
+
 def run_ranks(n: int, worker: str, *args: str, timeout: float = 120.0, env: Dict[str, str] | None = None) -> List[str]:
     """Run ``workers/<worker>`` as n ranks; fail the test (with every rank's output) unless all exit 0."""
-    e = dict(os.environ)
-    e.setdefault("BOLTCCL_TIMEOUT_MS", "30000")
+    e = {"BOLTCCL_TIMEOUT_MS": os.environ.get("BOLTCCL_TIMEOUT_MS", "30000")}
     e.update(env or {})
     status, outs = launch.run(n, [sys.executable, str(WORKERS / worker), *args], timeout=timeout, env=e, capture=True)
     if status != 0:

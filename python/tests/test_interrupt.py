@@ -5,16 +5,15 @@ import subprocess
 import sys
 import time
 
-from boltccl import launch
-from conftest import WORKERS
+from conftest import WORKERS, free_port, rank_env
 
 
 def test_ctrl_c_interrupts_a_blocked_call():
-    coord = f"127.0.0.1:{launch.free_port()}"
+    coord = f"127.0.0.1:{free_port()}"
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKERS / "interrupt.py")],
-            env=launch.rank_env(r, 2, coord, "interrupt-test"),
+            env=rank_env(r, 2, coord, "interrupt-test"),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

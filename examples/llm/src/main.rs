@@ -256,6 +256,8 @@ fn report((out, stats): &(GenOutput, RankStats), comm: &TimedComm<impl Comm>) ->
 }
 
 fn main() -> anyhow::Result<()> {
+    // This program owns its process: boltccl's warnings go to stderr (BOLTCCL_LOG filters).
+    boltccl::log_to_stderr();
     let args = Args::parse();
     if let Some(n) = args.threads {
         anyhow::ensure!(n >= 1, "--threads must be at least 1");

@@ -1,5 +1,5 @@
 """Python digests of float32/bfloat16 all_sum, for the bitwise comparison with the Rust
-(examples/digest.rs) and C (examples/allsum.c --digest) programs: same inputs, same output."""
+(boltccl/examples/digest.rs) and C (examples/allsum.c --digest) programs: same inputs, same output."""
 
 import numpy as np
 

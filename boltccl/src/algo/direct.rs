@@ -1,0 +1,310 @@
+//! Direct algorithms on a full mesh: every pair of ranks talks at once.
+//!
+//! All-reduce = reduce-scatter (rank q receives everyone's contribution to shard q and folds
+//! them in rank order, piece by piece as they arrive) + all-gather (every rank sends its
+//! reduced shard to every other). Each rank sends and receives (P-1)/P of the buffer twice,
+//! the minimum for an all-reduce, over all P-1 links in parallel.
+
+use super::plan::{bytes, partition, piece_count, pieces};
+use super::{cut, cut_mut, fold_rank_order, regions, Link, Pool, Scratch};
+use crate::error::Result;
+use crate::transport::{RecvOp, SendOp};
+use crate::types::{DType, ReduceOp};
+use crate::wire::Phase;
+use std::ops::Range;
+
+/// Every rank sends its contribution to `shards[q]` (byte ranges of `input`) to rank q; this
+/// rank folds all contributions to its own shard, in rank order, into `output`.
+pub(crate) fn reduce_to_owner(
+    link: &mut Link<'_>,
+    slots: &mut Pool,
+    op: ReduceOp,
+    dtype: DType,
+    shards: &[Range<usize>],
+    input: &[u8],
+    output: &mut [u8],
+) -> Result<()> {
+    let (p, me, chunk) = (link.size(), link.me, link.chunk);
+    let others = p - 1;
+    let sources: Vec<&[u8]> = shards.iter().map(|r| &input[r.clone()]).collect();
+    let (local, out) = (sources[me], output);
+    if others == 0 {
+        out.copy_from_slice(local);
+        return Ok(());
+    }
+    let npieces: Vec<usize> = shards.iter().map(|r| piece_count(r.len(), chunk)).collect();
+    let batch = link.batch(others);
+    let batches = npieces.iter().max().copied().unwrap_or(1).div_ceil(batch);
+    let slot_bytes = batch * others * chunk;
+    let mut out_pieces: Vec<&mut [u8]> = out.chunks_mut(chunk).collect();
+    let (slot_area, tmp) = slots.get(slot_bytes + chunk).split_at_mut(slot_bytes);
+    for b in 0..batches {
+        let first = b * batch;
+        let mut sends = Vec::with_capacity(others * batch);
+        for q in (0..p).filter(|&q| q != me) {
+            for (k, r) in pieces(0..sources[q].len(), chunk).enumerate().skip(first).take(batch) {
+                sends.push(SendOp {
+                    peer: link.peer(q),
+                    header: link.hdr(Phase::Reduce, b, k - first, r.len())?,
+                    data: &sources[q][r],
+                });
+            }
+        }
+        let mine: Vec<Range<usize>> = pieces(0..shards[me].len(), chunk).skip(first).take(batch).collect();
+        let mut recvs = Vec::with_capacity(others * mine.len());
+        let mut slots = slot_area.chunks_mut(chunk);
+        for (k, r) in mine.iter().enumerate() {
+            for q in (0..p).filter(|&q| q != me) {
+                let slot = slots.next().expect("batch fits the slot area");
+                recvs.push(RecvOp {
+                    peer: link.peer(q),
+                    expect: link.hdr(Phase::Reduce, b, k, r.len())?,
+                    buf: &mut slot[..r.len()],
+                });
+            }
+        }
+        let mut arrived = vec![0usize; mine.len()];
+        let mut on_recv = |recvs: &[RecvOp<'_>], i: usize| {
+            let k = i / others;
+            arrived[k] += 1;
+            if arrived[k] == others {
+                if let Some(out) = out_pieces.get_mut(first + k) {
+                    let r = &mine[k];
+                    let slot = |q: usize| -> &[u8] { &*recvs[k * others + if q < me { q } else { q - 1 }].buf };
+                    fold_rank_order(op, dtype, out, me, p, Some(&local[r.clone()]), slot, tmp);
+                }
+            }
+            Ok(())
+        };
+        link.exchange(&sends, &mut recvs, &mut on_recv)?;
+    }
+    Ok(())
+}
+
+/// Every rank holds `buf[shards[me]]`; afterwards every rank holds all of `buf`.
+pub(crate) fn all_gather_ranges(
+    link: &mut Link<'_>,
+    shards: &[Range<usize>],
+    buf: &mut [u8],
+    phase: Phase,
+) -> Result<()> {
+    let (p, me, chunk) = (link.size(), link.me, link.chunk);
+    let mut shard_views = regions(buf, shards)?;
+    let mine: &mut [u8] = std::mem::take(&mut shard_views[me]);
+    let mine: &[u8] = mine;
+    let batch = MAX_BATCH_GATHER;
+    let npieces = shards.iter().map(|r| piece_count(r.len(), chunk)).max().unwrap_or(1);
+    let mut region_pieces: Vec<Vec<&mut [u8]>> = shard_views.into_iter().map(|r| cut_mut(r, chunk)).collect();
+    for b in 0..npieces.div_ceil(batch) {
+        let first = b * batch;
+        let mut sends = Vec::new();
+        for q in (0..p).filter(|&q| q != me) {
+            for (k, r) in pieces(0..mine.len(), chunk).enumerate().skip(first).take(batch) {
+                sends.push(SendOp {
+                    peer: link.peer(q),
+                    header: link.hdr(phase, b, k - first, r.len())?,
+                    data: &mine[r],
+                });
+            }
+        }
+        let mut recvs = Vec::new();
+        for (q, region) in region_pieces.iter_mut().enumerate() {
+            if q == me {
+                continue;
+            }
+            for (k, piece) in region.iter_mut().enumerate().skip(first).take(batch) {
+                let len = piece.len();
+                recvs.push(RecvOp {
+                    peer: link.peer(q),
+                    expect: link.hdr(phase, b, k - first, len)?,
+                    buf: &mut piece[..],
+                });
+            }
+        }
+        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+    }
+    Ok(())
+}
+
+/// Pieces per peer per all-gather exchange (no scratch is involved, so only the length of the
+/// op lists limits it).
+const MAX_BATCH_GATHER: usize = 1024;
+
+/// All-reduce by reduce-scatter + all-gather, overlapped: exchange `b` carries batch `b` of
+/// the reduce-scatter and batch `b - 1` of the all-gather (pieces reduced during exchange
+/// `b - 1`), so neither phase leaves the links idle while the other drains. `input` is `None`
+/// when `buf` holds the input.
+pub(crate) fn all_reduce(
+    link: &mut Link<'_>,
+    scratch: &mut Scratch,
+    op: ReduceOp,
+    dtype: DType,
+    input: Option<&[u8]>,
+    buf: &mut [u8],
+) -> Result<()> {
+    let (p, me, chunk, e) = (link.size(), link.me, link.chunk, dtype.size());
+    let others = p - 1;
+    let shards: Vec<Range<usize>> = partition(buf.len() / e, p).iter().map(|r| bytes(r, e)).collect();
+    let inputs: Option<Vec<Vec<&[u8]>>> = input.map(|i| shards.iter().map(|r| cut(&i[r.clone()], chunk)).collect());
+    let mut pieces: Vec<Vec<&mut [u8]>> = regions(buf, &shards)?.into_iter().map(|r| cut_mut(r, chunk)).collect();
+    let batch = link.batch(others);
+    let batches = pieces.iter().map(Vec::len).max().unwrap_or(1).div_ceil(batch);
+    let (slot_area, tmp) = scratch.slots.get(batch * others * chunk + chunk).split_at_mut(batch * others * chunk);
+    for b in 0..=batches {
+        // Pieces before `b * batch` are reduced (all-gather side), the rest are not yet.
+        let (mut my_done, mut my_rest): (&[&mut [u8]], &mut [&mut [u8]]) = (&[], &mut []);
+        let (mut peer_done, mut peer_rest) = (Vec::with_capacity(others), Vec::with_capacity(others));
+        for (q, v) in pieces.iter_mut().enumerate() {
+            let at = (b * batch).min(v.len());
+            let (done, rest) = v.split_at_mut(at);
+            if q == me {
+                (my_done, my_rest) = (done, rest);
+            } else {
+                peer_done.push((q, done));
+                peer_rest.push((q, &*rest));
+            }
+        }
+        let gather = b.checked_sub(1).map(|g| g * batch);
+        let mut sends = Vec::new();
+        for &(q, rest) in &peer_rest {
+            for k in 0..rest.len().min(batch) {
+                let data: &[u8] = match &inputs {
+                    Some(i) => i[q][b * batch + k],
+                    None => &*rest[k],
+                };
+                sends.push(SendOp { peer: link.peer(q), header: link.hdr(Phase::Reduce, b, k, data.len())?, data });
+            }
+            if let Some(g) = gather {
+                for (k, piece) in my_done.iter().enumerate().skip(g) {
+                    sends.push(SendOp {
+                        peer: link.peer(q),
+                        header: link.hdr(Phase::Gather, b - 1, k - g, piece.len())?,
+                        data: &piece[..],
+                    });
+                }
+            }
+        }
+        // Receives: this batch of contributions to my shard (slot k * others + qi), then
+        // the previous batch of every peer's reduced shard, straight into place.
+        let mine: Vec<usize> = my_rest.iter().take(batch).map(|piece| piece.len()).collect();
+        let mut recvs = Vec::new();
+        let mut slots = slot_area.chunks_mut(chunk);
+        for (k, &len) in mine.iter().enumerate() {
+            for &(q, _) in &peer_rest {
+                let slot = slots.next().expect("batch fits the slot area");
+                recvs.push(RecvOp {
+                    peer: link.peer(q),
+                    expect: link.hdr(Phase::Reduce, b, k, len)?,
+                    buf: &mut slot[..len],
+                });
+            }
+        }
+        let reduce_recvs = recvs.len();
+        if let Some(g) = gather {
+            for (q, done) in peer_done.iter_mut() {
+                for (k, piece) in done.iter_mut().enumerate().skip(g) {
+                    let len = piece.len();
+                    recvs.push(RecvOp {
+                        peer: link.peer(*q),
+                        expect: link.hdr(Phase::Gather, b - 1, k - g, len)?,
+                        buf: &mut piece[..],
+                    });
+                }
+            }
+        }
+        let mut arrived = vec![0usize; mine.len()];
+        let mut on_recv = |recvs: &[RecvOp<'_>], i: usize| {
+            if i >= reduce_recvs {
+                return Ok(());
+            }
+            let k = i / others;
+            arrived[k] += 1;
+            if arrived[k] == others {
+                let local = inputs.as_ref().map(|inp| inp[me][b * batch + k]);
+                let slot = |q: usize| -> &[u8] { recvs[k * others + if q < me { q } else { q - 1 }].buf };
+                fold_rank_order(op, dtype, my_rest[k], me, p, local, slot, tmp);
+            }
+            Ok(())
+        };
+        link.exchange(&sends, &mut recvs, &mut on_recv)?;
+    }
+    Ok(())
+}
+
+/// Reduce-scatter: `input` holds P blocks of `output.len()` bytes; rank q gets block q reduced.
+pub(crate) fn reduce_scatter(
+    link: &mut Link<'_>,
+    scratch: &mut Scratch,
+    op: ReduceOp,
+    dtype: DType,
+    input: &[u8],
+    output: &mut [u8],
+) -> Result<()> {
+    let m = output.len();
+    let shards: Vec<Range<usize>> = (0..link.size()).map(|q| q * m..(q + 1) * m).collect();
+    reduce_to_owner(link, &mut scratch.slots, op, dtype, &shards, input, output)
+}
+
+/// All-gather: `output` is P blocks of `input.len()` bytes; block q comes from rank q.
+pub(crate) fn all_gather(link: &mut Link<'_>, input: &[u8], output: &mut [u8]) -> Result<()> {
+    let m = input.len();
+    let me = link.me;
+    output[me * m..(me + 1) * m].copy_from_slice(input);
+    let shards: Vec<Range<usize>> = (0..link.size()).map(|q| q * m..(q + 1) * m).collect();
+    all_gather_ranges(link, &shards, output, Phase::Gather)
+}
+
+/// Broadcast from `root`, large: the root scatters one shard to each rank, then every rank
+/// all-gathers, so the root's link is not the bottleneck.
+pub(crate) fn broadcast(link: &mut Link<'_>, buf: &mut [u8], root: usize, elem: usize) -> Result<()> {
+    let (p, me) = (link.size(), link.me);
+    let shards: Vec<Range<usize>> = partition(buf.len() / elem, p).iter().map(|r| bytes(r, elem)).collect();
+    if me == root {
+        let mut sends = Vec::new();
+        for q in (0..p).filter(|&q| q != root) {
+            sends.extend(send_pieces(link, q, &buf[shards[q].clone()], Phase::Scatter)?);
+        }
+        link.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
+    } else {
+        let mut recvs = recv_pieces(link, root, &mut buf[shards[me].clone()], Phase::Scatter)?;
+        link.exchange(&[], &mut recvs, &mut |_, _| Ok(()))?;
+    }
+    all_gather_ranges(link, &shards, buf, Phase::Gather)
+}
+
+/// Broadcast from `root`, small: the root sends the whole buffer to every rank (one step).
+pub(crate) fn broadcast_from_root(link: &mut Link<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+    let (p, me) = (link.size(), link.me);
+    if me == root {
+        let mut sends = Vec::new();
+        for q in (0..p).filter(|&q| q != root) {
+            sends.extend(send_pieces(link, q, buf, Phase::Scatter)?);
+        }
+        link.exchange(&sends, &mut [], &mut |_, _| Ok(()))
+    } else {
+        let mut recvs = recv_pieces(link, root, buf, Phase::Scatter)?;
+        link.exchange(&[], &mut recvs, &mut |_, _| Ok(()))
+    }
+}
+
+/// Receive ops for `buf` in chunk pieces from group rank `from`.
+pub(crate) fn recv_pieces<'b>(
+    link: &Link<'_>,
+    from: usize,
+    buf: &'b mut [u8],
+    phase: Phase,
+) -> Result<Vec<RecvOp<'b>>> {
+    cut_mut(buf, link.chunk)
+        .into_iter()
+        .enumerate()
+        .map(|(k, piece)| Ok(RecvOp { peer: link.peer(from), expect: link.hdr(phase, 0, k, piece.len())?, buf: piece }))
+        .collect()
+}
+
+/// Send ops for `buf` in chunk pieces to group rank `to`.
+pub(crate) fn send_pieces<'b>(link: &Link<'_>, to: usize, buf: &'b [u8], phase: Phase) -> Result<Vec<SendOp<'b>>> {
+    pieces(0..buf.len(), link.chunk)
+        .enumerate()
+        .map(|(k, r)| Ok(SendOp { peer: link.peer(to), header: link.hdr(phase, 0, k, r.len())?, data: &buf[r] }))
+        .collect()
+}

@@ -1,0 +1,208 @@
+//! Collective algorithms, written against [`Transport`] only, so every transport reuses them.
+//!
+//! - [`direct`]: reduce-scatter then all-gather on a full mesh, all links at once (large
+//!   messages), plus the all-gather, reduce-scatter and broadcast built from the same parts;
+//! - [`mesh`]: every rank sends its whole buffer to every peer and reduces locally (one step:
+//!   small messages) and the barrier;
+//! - [`ring`]: bidirectional ring all-reduce (both directions of every link busy), and
+//!   [`ring_ops`]: ring all-gather, reduce-scatter and broadcast;
+//! - [`p2p`]: point-to-point send and receive;
+//! - [`select`]: which of them a call runs.
+//!
+//! An algorithm borrows the call's [`Link`] (ranks, header, transport) and the group's
+//! [`Scratch`] memory separately.
+//!
+//! Determinism: mesh and direct fold contributions in rank order 0, 1, ..., P-1, so they give
+//! the same bits as each other; the ring folds each block in ring order. Either way the order
+//! depends only on the world size and the agreed settings, never on timing, and every rank
+//! ends with the owner's bits.
+
+pub mod direct;
+pub mod mesh;
+pub mod p2p;
+pub mod plan;
+pub mod ring;
+pub mod ring_ops;
+pub mod select;
+
+use crate::error::{Error, Result};
+use crate::reduce::{combine, fold, Order};
+use crate::transport::{Limits, OnRecv, RecvOp, SendOp, Transport};
+use crate::types::{DType, ReduceOp};
+use crate::wire::{self, Header, Phase};
+use std::ops::Range;
+
+/// Scratch memory an algorithm may use for in-flight pieces, per call.
+pub const SCRATCH_BUDGET: usize = 16 << 20;
+/// Most pieces per peer in one exchange (bounds the op lists).
+pub const MAX_BATCH: usize = 64;
+
+/// The links of one call, as an algorithm sees them: the group's ranks, this rank, the call's
+/// header and the pipelining unit.
+pub(crate) struct Link<'a> {
+    pub t: &'a mut dyn Transport,
+    /// Group rank to transport rank.
+    pub members: &'a [usize],
+    /// This rank, in the group.
+    pub me: usize,
+    /// The call's header; pieces set `part` and `len`.
+    pub base: Header,
+    /// Pipelining unit, bytes (a multiple of 8, so of every element size).
+    pub chunk: usize,
+    pub limits: Limits,
+}
+
+impl Link<'_> {
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn peer(&self, q: usize) -> usize {
+        self.members[q]
+    }
+
+    /// The header of piece `piece` of `len` bytes in `step` of `phase`; an error when the call
+    /// is too large to number (see [`wire::part`]).
+    pub fn hdr(&self, phase: Phase, step: usize, piece: usize, len: usize) -> Result<Header> {
+        Ok(self.base.piece(wire::part(phase, step, piece)?, len))
+    }
+
+    /// Pieces per peer per exchange that keep `slots` in-flight pieces inside the budget.
+    pub fn batch(&self, slots_per_piece: usize) -> usize {
+        (SCRATCH_BUDGET / (slots_per_piece.max(1) * self.chunk)).clamp(1, MAX_BATCH)
+    }
+
+    pub fn exchange(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<()> {
+        self.t.exchange(sends, recvs, on_recv, &self.limits)
+    }
+}
+
+/// Reusable memory, kept by the group between calls: for the pieces in flight and for a copy
+/// of the local input. Two pools, so an algorithm can hold both at once.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// Received pieces waiting to be folded.
+    pub slots: Pool,
+    /// A copy of the local input, when the output overwrites it while peers still read it.
+    pub stage: Pool,
+}
+
+/// Reusable bytes, 8-aligned so every element type is aligned.
+#[derive(Default)]
+pub(crate) struct Pool(Vec<u64>);
+
+impl Pool {
+    /// At least `len` bytes (their contents are whatever the last call left).
+    pub fn get(&mut self, len: usize) -> &mut [u8] {
+        let words = len.div_ceil(8);
+        if self.0.len() < words {
+            self.0.resize(words, 0);
+        }
+        &mut bytemuck::cast_slice_mut(&mut self.0[..words])[..len]
+    }
+}
+
+/// Mutable views of the non-overlapping `ranges` of `buf`, in the order given (gaps allowed).
+pub(crate) fn regions<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<Vec<&'b mut [u8]>> {
+    // Split in address order (empty ranges first at a shared start), then put back in order.
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
+    let mut out: Vec<Option<&'b mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
+    let mut at = 0;
+    for &i in &order {
+        let r = &ranges[i];
+        if r.start < at || r.end > at + buf.len() {
+            return Err(Error::Internal(format!("regions overlap or overrun at {r:?}")));
+        }
+        let rest = std::mem::take(&mut buf);
+        let (_, rest) = rest.split_at_mut(r.start - at);
+        let (head, tail) = rest.split_at_mut(r.len());
+        out[i] = Some(head);
+        buf = tail;
+        at = r.end;
+    }
+    Ok(out.into_iter().map(|v| v.expect("every range was split")).collect())
+}
+
+/// Cut a region into chunk pieces; an empty region is one empty piece (as [`plan::pieces`] plans).
+pub(crate) fn cut<T: AsRef<[u8]> + ?Sized>(r: &T, chunk: usize) -> Vec<&[u8]> {
+    let r = r.as_ref();
+    if r.is_empty() {
+        vec![r]
+    } else {
+        r.chunks(chunk).collect()
+    }
+}
+
+/// [`cut`] for a buffer that is written.
+pub(crate) fn cut_mut(r: &mut [u8], chunk: usize) -> Vec<&mut [u8]> {
+    if r.is_empty() {
+        vec![r]
+    } else {
+        r.chunks_mut(chunk).collect()
+    }
+}
+
+/// Fold the contributions of ranks 0..p to one piece into `out`, in rank order.
+/// `other(q)` gives rank q's contribution (q != me). `local` is this rank's, or `None` when it
+/// is already in `out` (in place). `tmp` is a spare piece-sized buffer. Both forms build the
+/// same left-to-right association `((t0 op t1) op t2) ...`, so the bits do not depend on
+/// whether the call was in place.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fold_rank_order<'s>(
+    op: ReduceOp,
+    dtype: DType,
+    out: &mut [u8],
+    me: usize,
+    p: usize,
+    local: Option<&'s [u8]>,
+    other: impl Fn(usize) -> &'s [u8],
+    tmp: &mut [u8],
+) {
+    match local {
+        Some(local) => {
+            let term = |q: usize| if q == me { local } else { other(q) };
+            if p == 1 {
+                out.copy_from_slice(local);
+                return;
+            }
+            combine(op, dtype, out, term(0), term(1));
+            for q in 2..p {
+                fold(op, dtype, out, term(q), Order::AccFirst);
+            }
+        }
+        None => {
+            if me > 0 {
+                let prefix: &[u8] = if me == 1 {
+                    other(0)
+                } else {
+                    let tmp = &mut tmp[..out.len()];
+                    combine(op, dtype, tmp, other(0), other(1));
+                    for q in 2..me {
+                        fold(op, dtype, tmp, other(q), Order::AccFirst);
+                    }
+                    tmp
+                };
+                fold(op, dtype, out, prefix, Order::NextFirst);
+            }
+            for q in me + 1..p {
+                fold(op, dtype, out, other(q), Order::AccFirst);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_skip_gaps_and_reject_overlaps() {
+        let mut b: Vec<u8> = (0..10).collect();
+        let v = regions(&mut b, &[5..6, 1..3, 6..9, 3..3]).unwrap();
+        let got: Vec<Vec<u8>> = v.iter().map(|r| r.to_vec()).collect();
+        assert_eq!(got, vec![vec![5], vec![1, 2], vec![6, 7, 8], vec![]], "views come back in the order asked");
+        assert!(regions(&mut b, &[1..4, 3..5]).is_err());
+        assert!(regions(&mut b, &[2..3, 8..12]).is_err(), "past the end");
+    }
+}

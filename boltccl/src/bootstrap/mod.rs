@@ -1,0 +1,419 @@
+//! Forming a group over TCP.
+//!
+//! 1. Rank 0 listens on the coordinator address; every other rank dials it (with retry until
+//!    the init deadline) and authenticates (see [`auth`]).
+//! 2. Each rank binds its data listener on its own address (never all interfaces unless told)
+//!    and sends rank 0 a `Hello`: rank, world size, library version, the settings that must
+//!    agree, its data address and host name.
+//! 3. Rank 0 checks them all and answers with the table of every rank's address, or with a
+//!    rejection that names the rank and the setting that differ, sent to every rank.
+//! 4. Ranks connect the data mesh (higher ranks dial lower ones, each connection authenticated
+//!    and tagged with the job id). The coordinator connections stay open as control channels.
+//!
+//! Anything malformed, unauthenticated or oversized arriving on a listening port is logged and
+//! dropped; it never stops the group from forming.
+
+pub mod auth;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crossbeam_channel::{unbounded, RecvTimeoutError};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest time one incoming connection may take to authenticate and introduce itself.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// At most this many connections are being vetted at once; more are dropped.
+const MAX_PENDING: usize = 64;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Hello {
+    rank: usize,
+    world_size: usize,
+    version: String,
+    settings: Vec<(String, String)>,
+    data_addr: SocketAddr,
+    host: String,
+    /// Which machine and network namespace this rank runs in (see [`crate::probe::host_identity`]).
+    host_id: String,
+    /// Where this rank takes shared-memory links, when it offers them.
+    shm: Option<String>,
+}
+
+/// What every rank learns about every other.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct PeerInfo {
+    data_addr: SocketAddr,
+    /// Host name.
+    pub host: String,
+    /// Host identity: ranks with equal ones share a kernel and a network namespace.
+    pub host_id: String,
+    /// The rank's shared-memory set-up address, when it offers shared memory.
+    pub shm: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Reply {
+    Table { job: u64, peers: Vec<PeerInfo> },
+    Reject { rank: Option<usize>, what: String },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Join {
+    job: u64,
+    rank: usize,
+    stream: usize,
+}
+
+fn key_of(cfg: &Config) -> Vec<u8> {
+    match &cfg.job_key {
+        Some(k) => k.as_bytes().to_vec(),
+        None => {
+            tracing::warn!(
+                "BOLTCCL_JOB_KEY is not set: connections are authenticated with an empty key; \
+                 set the same secret on every rank (the launcher does this for you)"
+            );
+            Vec::new()
+        }
+    }
+}
+
+fn set_timeouts(s: &TcpStream, t: Duration) -> Result<()> {
+    let t = Some(t.max(Duration::from_millis(1)));
+    s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)).map_err(|e| Error::io(usize::MAX, "socket setup", e))
+}
+
+fn remaining(deadline: Instant, what: &str) -> Result<Duration> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(Error::Timeout { op: what.into(), rank: 0, after: Duration::ZERO });
+    }
+    Ok(left)
+}
+
+/// Dial `addr` until it answers or the deadline passes, then authenticate as client.
+fn dial(addr: SocketAddr, key: &[u8], deadline: Instant, who: &str) -> Result<TcpStream> {
+    let mut wait = Duration::from_millis(10);
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::Config(format!(
+                "could not reach {who} at {addr} after {attempts} attempts before BOLTCCL_INIT_TIMEOUT_MS: \
+                 is it running, and is the address right and reachable from this host?"
+            )));
+        }
+        match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(2))) {
+            Ok(mut s) => {
+                set_timeouts(&s, left.min(HANDSHAKE_TIMEOUT))?;
+                s.set_nodelay(true).ok();
+                auth::client(&mut s, key)?;
+                return Ok(s);
+            }
+            Err(e) => {
+                tracing::debug!(%addr, attempts, error = %e, "dial failed, retrying");
+                std::thread::sleep(wait.min(left));
+                wait = (wait * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// Accept connections until `want` of them have authenticated and passed `vet`, or the deadline.
+/// Each candidate is vetted on its own thread, so a silent or hostile client cannot hold up
+/// the others.
+fn accept_vetted<T: Send + 'static>(
+    listener: &TcpListener,
+    key: &[u8],
+    deadline: Instant,
+    want: usize,
+    what: &str,
+    vet: impl Fn(&mut TcpStream) -> Result<T> + Send + Sync + 'static,
+) -> Result<Vec<(TcpStream, T)>> {
+    let (tx, rx) = unbounded();
+    let vet = Arc::new(vet);
+    let key: Arc<[u8]> = key.into();
+    let pending = Arc::new(AtomicUsize::new(0));
+    listener.set_nonblocking(true).map_err(|e| Error::io(usize::MAX, "listen", e))?;
+    let mut got = Vec::with_capacity(want);
+    while got.len() < want {
+        let left = remaining(deadline, what).map_err(|_| {
+            Error::Config(format!(
+                "{what}: only {} of {want} ranks connected before BOLTCCL_INIT_TIMEOUT_MS",
+                got.len()
+            ))
+        })?;
+        match listener.accept() {
+            Ok((mut s, from)) => {
+                if pending.load(Ordering::SeqCst) >= MAX_PENDING {
+                    tracing::warn!(%from, "too many connections being vetted; dropping one");
+                    continue;
+                }
+                s.set_nonblocking(false).ok();
+                set_timeouts(&s, left.min(HANDSHAKE_TIMEOUT))?;
+                let (tx, vet, key, pending) = (tx.clone(), vet.clone(), key.clone(), pending.clone());
+                pending.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let r = auth::server(&mut s, &key).and_then(|_| vet(&mut s));
+                    pending.fetch_sub(1, Ordering::SeqCst);
+                    match r {
+                        Ok(v) => {
+                            let _ = tx.send((s, v));
+                        }
+                        Err(e) => tracing::warn!(%from, "rejected a connection: {e}"),
+                    }
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => match rx.recv_timeout(Duration::from_millis(2)) {
+                Ok(v) => got.push(v),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => unreachable!("we hold a sender"),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => tracing::warn!("accept failed: {e}"),
+        }
+        while got.len() < want {
+            match rx.try_recv() {
+                Ok(v) => got.push(v),
+                Err(_) => break,
+            }
+        }
+    }
+    Ok(got)
+}
+
+fn bind_listener(addr: SocketAddr, what: &str) -> Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                "the port is in use: set BOLTCCL_COORDINATOR=ip:port to a free port, or wait for the old job to exit"
+            }
+            std::io::ErrorKind::AddrNotAvailable => "that address does not belong to this host",
+            _ => "check the address",
+        };
+        Error::Config(format!("cannot listen for {what} on {addr}: {e} ({hint})"))
+    })
+}
+
+/// The address this rank's data listener binds to: `BOLTCCL_BIND`, else this rank's hostfile
+/// host, else the address that reaches the coordinator; always on a port the OS picks. A
+/// hostfile's ports are never bound: MLX's ring backend listens on them (and the coordinator
+/// may be derived next to them), so taking one could collide with either.
+fn data_bind_addr(cfg: &Config, toward_coordinator: Option<IpAddr>) -> Result<SocketAddr> {
+    if let Some(ip) = cfg.bind {
+        return Ok(SocketAddr::new(ip, 0));
+    }
+    if let Some(hosts) = &cfg.hosts {
+        let (host, _) = crate::config::launchers::split_host_port(&hosts[cfg.rank][0]);
+        let resolved = (host.as_str(), 0)
+            .to_socket_addrs()
+            .map_err(|e| Error::Config(format!("rank {}'s hostfile address {host} does not resolve: {e}", cfg.rank)))?;
+        if let Some(a) = resolved.into_iter().next() {
+            return Ok(SocketAddr::new(a.ip(), 0));
+        }
+    }
+    let ip = toward_coordinator.ok_or_else(|| Error::Internal("no local address known".into()))?;
+    Ok(SocketAddr::new(ip, 0))
+}
+
+/// A formed group: authenticated connections, ready for the transports.
+pub(crate) struct Rendezvous {
+    /// `links[peer][stream]`: the data connections (`BOLTCCL_TCP_STREAMS` per peer; none to
+    /// this rank).
+    pub links: Vec<Vec<TcpStream>>,
+    /// The control connections: rank 0 has one to every other rank, the others one to rank 0.
+    pub control: Vec<Option<TcpStream>>,
+    /// Every rank, in rank order.
+    pub peers: Vec<PeerInfo>,
+    /// Identifies the job (the same on every rank).
+    pub job: u64,
+}
+
+/// Form the group described by `cfg` over TCP. `links` names the links this rank will use
+/// (agreed like every setting); `shm` is where it takes shared-memory links, if it offers them.
+/// Blocks until done or the init deadline passes.
+pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Rendezvous> {
+    let deadline = Instant::now() + cfg.init_timeout;
+    let key = key_of(cfg);
+    let coord = cfg.coordinator_addr()?;
+    let (rank, size) = (cfg.rank, cfg.world_size);
+
+    // Step 1-2: reach the coordinator, bind the data listener, say hello.
+    let (coord_listener, mut to_coord, local_ip) = if rank == 0 {
+        // The coordinator binds exactly the coordinator address; when the mesh is also
+        // described by a hostfile, rank 0's data listener uses its own port.
+        let l = bind_listener(coord, "the coordinator (BOLTCCL_COORDINATOR)")?;
+        (Some(l), None, coord.ip())
+    } else {
+        let s = dial(coord, &key, deadline, "the coordinator (rank 0)")?;
+        let ip = s.local_addr().map_err(|e| Error::io(0, "local address", e))?.ip();
+        (None, Some(s), ip)
+    };
+    let data_listener = bind_listener(data_bind_addr(cfg, Some(local_ip))?, "peer connections")?;
+    let data_addr = data_listener.local_addr().map_err(|e| Error::io(rank, "local address", e))?;
+    let hello = Hello {
+        rank,
+        world_size: size,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        settings: cfg.agreed_settings(links),
+        data_addr,
+        host: crate::probe::host_name(),
+        host_id: crate::probe::host_identity(),
+        shm: shm.map(String::from),
+    };
+    tracing::debug!(rank, %data_addr, "bootstrap: hello");
+
+    // Step 3: the coordinator gathers and checks; everyone learns the table.
+    let (job, peers, control) = match (coord_listener, to_coord.as_mut()) {
+        (Some(l), _) => coordinate(&l, &key, deadline, hello)?,
+        (None, Some(s)) => {
+            auth::send(s, &hello)?;
+            set_timeouts(s, remaining(deadline, "waiting for the coordinator")?)?;
+            match auth::recv::<Reply>(s)? {
+                Reply::Table { job, peers } if peers.len() == size => (job, peers, Vec::new()),
+                Reply::Table { peers, .. } => {
+                    return Err(Error::Protocol {
+                        from: "the coordinator".into(),
+                        detail: format!("table of {} ranks for a world of {size}", peers.len()),
+                    })
+                }
+                Reply::Reject { rank: Some(r), what } => return Err(Error::Mismatch { rank: r, what }),
+                Reply::Reject { rank: None, what } => return Err(Error::Config(what)),
+            }
+        }
+        (None, None) => unreachable!("either coordinator or client"),
+    };
+
+    // Step 4: the data mesh. Accept from higher ranks on a helper thread while dialling lower.
+    let streams = cfg.tcp_streams;
+    let want = (size - 1 - rank) * streams;
+    let key_for_accept = key.clone();
+    let acceptor = std::thread::spawn(move || {
+        accept_vetted(&data_listener, &key_for_accept, deadline, want, "connecting the data mesh", move |s| {
+            let j: Join = auth::recv(s)?;
+            if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= streams {
+                return Err(Error::Protocol {
+                    from: format!("rank {}", j.rank),
+                    detail: "connection for another job or slot".into(),
+                });
+            }
+            Ok(j)
+        })
+    });
+    let mut links: Vec<Vec<Option<TcpStream>>> = (0..size).map(|_| (0..streams).map(|_| None).collect()).collect();
+    for (peer, (info, slots)) in peers.iter().zip(links.iter_mut()).enumerate().take(rank) {
+        for (stream, slot) in slots.iter_mut().enumerate() {
+            let mut s = dial(info.data_addr, &key, deadline, &format!("rank {peer}"))?;
+            auth::send(&mut s, &Join { job, rank, stream })?;
+            *slot = Some(s);
+        }
+    }
+    let accepted = acceptor.join().map_err(|_| Error::Internal("acceptor thread panicked".into()))??;
+    for (s, j) in accepted {
+        if links[j.rank][j.stream].replace(s).is_some() {
+            return Err(Error::Protocol { from: format!("rank {}", j.rank), detail: "duplicate connection".into() });
+        }
+    }
+    let links: Vec<Vec<TcpStream>> = links.into_iter().map(|l| l.into_iter().flatten().collect()).collect();
+
+    let control: Vec<Option<TcpStream>> = if rank == 0 { control } else { vec![to_coord] };
+    Ok(Rendezvous { links, control, peers, job })
+}
+
+/// Rank 0's side of step 3. Returns the job id, the table and the control connections.
+fn coordinate(
+    listener: &TcpListener,
+    key: &[u8],
+    deadline: Instant,
+    mine: Hello,
+) -> Result<(u64, Vec<PeerInfo>, Vec<Option<TcpStream>>)> {
+    let size = mine.world_size;
+    let hellos = accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>)?;
+    let mut slots: Vec<Option<(Option<TcpStream>, Hello)>> = (0..size).map(|_| None).collect();
+    let mut problem: Option<(Option<usize>, String)> = None;
+    let reference = (mine.version.clone(), mine.settings.clone());
+    slots[0] = Some((None, mine));
+    for (s, h) in hellos {
+        let r = h.rank;
+        if problem.is_none() {
+            problem = check_hello(&h, &reference, size, &slots);
+        }
+        if r < size && slots[r].is_none() {
+            slots[r] = Some((Some(s), h));
+        } else {
+            let mut s = s;
+            let _ = auth::send(
+                &mut s,
+                &Reply::Reject { rank: None, what: format!("rank {r} joined twice or is out of range") },
+            );
+        }
+    }
+    let mut conns: Vec<Option<TcpStream>> = Vec::with_capacity(size);
+    let mut peers = Vec::with_capacity(size);
+    for slot in slots {
+        let (s, h) = slot.ok_or_else(|| Error::Internal("missing rank after gather".into()))?;
+        conns.push(s);
+        peers.push(PeerInfo { data_addr: h.data_addr, host: h.host, host_id: h.host_id, shm: h.shm });
+    }
+    if let Some((rank, what)) = problem {
+        for s in conns.iter_mut().flatten() {
+            let _ = auth::send(s, &Reply::Reject { rank, what: what.clone() });
+        }
+        return Err(match rank {
+            Some(rank) => Error::Mismatch { rank, what },
+            None => Error::Config(what),
+        });
+    }
+    let mut job = [0u8; 8];
+    getrandom::getrandom(&mut job).expect("the OS random source works");
+    let job = u64::from_le_bytes(job);
+    for s in conns.iter_mut().flatten() {
+        auth::send(s, &Reply::Table { job, peers: peers.clone() })?;
+    }
+    Ok((job, peers, conns))
+}
+
+type Slots = [Option<(Option<TcpStream>, Hello)>];
+
+fn check_hello(
+    h: &Hello,
+    (version, settings): &(String, Vec<(String, String)>),
+    size: usize,
+    slots: &Slots,
+) -> Option<(Option<usize>, String)> {
+    let r = h.rank;
+    if r >= size {
+        return Some((
+            None,
+            format!("a rank joined as rank {r}, out of range for world size {size}: check BOLTCCL_RANK"),
+        ));
+    }
+    if slots[r].is_some() {
+        return Some((None, format!("two processes joined as rank {r}: check BOLTCCL_RANK on every node")));
+    }
+    if &h.version != version {
+        return Some((
+            Some(r),
+            format!(
+                "rank {r} runs boltccl {} but rank 0 runs {version}: install the same version everywhere",
+                h.version
+            ),
+        ));
+    }
+    for ((name, theirs), (_, ours)) in h.settings.iter().zip(settings) {
+        if theirs != ours {
+            return Some((
+                Some(r),
+                format!("rank {r} has {name}={theirs} but rank 0 has {name}={ours}: set the same value on every rank"),
+            ));
+        }
+    }
+    if h.settings.len() != settings.len() {
+        return Some((Some(r), format!("rank {r} sent {} settings, rank 0 has {}", h.settings.len(), settings.len())));
+    }
+    None
+}

@@ -1,0 +1,90 @@
+//! Ranks that are threads of one process: shared-memory rings between every pair (the same
+//! links processes on one host use), and an in-process control plane.
+//!
+//! For fast tests of the algorithms and for single-process users. Frames are real encoded
+//! headers in real rings, so header checks, aborts and timeouts behave as between processes.
+
+use super::mesh::Mesh;
+use super::progress::{Control, WaitPolicy};
+use super::shm::ring::{can_pull, Inbox, PeerInbox, Pulls, RingPair};
+use super::shm::ShmChannel;
+use crate::error::Error;
+use crate::wire;
+use parking_lot::Mutex;
+use rustix::event::PollFd;
+use std::sync::Arc;
+
+/// The ring a rank's inbox keeps for `peer`: local peers in rank order, the owner left out.
+pub(crate) fn slot(owner: usize, peer: usize) -> usize {
+    if peer < owner {
+        peer
+    } else {
+        peer - 1
+    }
+}
+
+/// The `n` ranks of an in-process world, each a [`Mesh`] over shared-memory rings of
+/// `ring_bytes` bytes pulling payloads of at least `pull_bytes` (0: none), in rank order.
+pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize) -> Vec<Mesh> {
+    let inboxes: Vec<Arc<Inbox>> = (0..n)
+        .map(|r| {
+            let rings = n.saturating_sub(1).max(1);
+            Arc::new(Inbox::create(r, rings, ring_bytes).expect("the kernel gives shared memory"))
+        })
+        .collect();
+    let bells: Vec<PeerInbox> = inboxes.iter().map(|i| i.as_peer()).collect();
+    let aborted = Arc::new(Mutex::new(None));
+    // Threads of one process pull large payloads from each other like processes do, where the
+    // system lets a process read its own memory that way.
+    let me = std::process::id() as i32;
+    let word = 0x5eedu64.to_le_bytes();
+    let pulls = match can_pull(me, word.as_ptr() as usize, &word) {
+        true => Pulls { from_peer: Some(me), by_peer: true, min: pull_bytes },
+        false => Pulls::default(),
+    };
+    // Threads of one process share its cores.
+    let wait = WaitPolicy::here(n, None);
+    (0..n)
+        .map(|rank| {
+            let pairs = (0..n)
+                .map(|p| {
+                    (p != rank).then(|| {
+                        RingPair::new(p, inboxes[rank].clone(), slot(rank, p), bells[p].clone(), slot(p, rank))
+                            .expect("rings laid out by this process")
+                            .with_pulls(pulls)
+                    })
+                })
+                .collect();
+            let channel = ShmChannel::new(inboxes[rank].clone(), pairs, (0..n).map(|_| None).collect());
+            let control = MemControl { rank, aborted: aborted.clone(), bells: bells.clone() };
+            Mesh::new(rank, n, Box::new(channel), Box::new(control), wait)
+        })
+        .collect()
+}
+
+/// The in-process control plane: one shared abort slot, and every rank's doorbell to wake it.
+struct MemControl {
+    rank: usize,
+    aborted: Arc<Mutex<Option<Error>>>,
+    bells: Vec<PeerInbox>,
+}
+
+impl Control for MemControl {
+    fn check(&mut self) -> Option<Error> {
+        self.aborted.lock().clone()
+    }
+
+    fn wake_on<'a>(&'a self, _: &mut Vec<PollFd<'a>>) {}
+
+    fn abort(&mut self, cause: &Error) {
+        self.aborted.lock().get_or_insert_with(|| wire::relayed(self.rank, cause));
+        for b in &self.bells {
+            b.wake();
+        }
+    }
+
+    fn settled(&self) -> bool {
+        // An abort is in the shared slot at once; nothing else can come.
+        true
+    }
+}

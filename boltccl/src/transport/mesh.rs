@@ -1,0 +1,110 @@
+//! A group's links: per peer, the channel that serves it, and the control plane, driven by
+//! the progress engine.
+
+use super::progress::{Channel, Control, Engine, WaitPolicy};
+use super::tcp::TcpChannel;
+use super::{control::StarControl, Limits, LinkKind, OnRecv, RecvOp, SendOp, Transport};
+use crate::algo::select::Cabling;
+use crate::bootstrap::{PeerInfo, Rendezvous};
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// One rank's links to every other rank of its group.
+pub(crate) struct Mesh {
+    rank: usize,
+    size: usize,
+    engine: Engine,
+    cabling: Cabling,
+    aborted: bool,
+}
+
+impl Mesh {
+    /// Links over one channel for every peer.
+    pub(crate) fn new(
+        rank: usize,
+        size: usize,
+        channel: Box<dyn Channel>,
+        control: Box<dyn Control>,
+        wait: WaitPolicy,
+    ) -> Mesh {
+        let engine = Engine { channels: vec![channel], route: vec![0; size], control, wait };
+        Mesh { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
+    }
+
+    /// Every pair on the TCP mesh of a formed group.
+    pub(crate) fn over_tcp(cfg: &Config, boot: Rendezvous) -> Result<Mesh> {
+        let (rank, size) = (cfg.rank, cfg.world_size);
+        let local = cfg.local_world_size.unwrap_or_else(|| local_ranks(&boot.peers, rank));
+        let wait = WaitPolicy::here(local, cfg.spin);
+        tracing::debug!(rank, local, ?wait, "bootstrap: mesh connected");
+        let io = |e| Error::io(rank, "socket setup", e);
+        let tcp = TcpChannel::new(boot.links).map_err(io)?;
+        let control = StarControl::new(rank, boot.control).map_err(io)?;
+        Ok(Mesh::new(rank, size, Box::new(tcp), Box::new(control), wait))
+    }
+
+    /// Serve `peers` with `channel` from now on, and choose algorithms from `cabling` when the
+    /// channel's links are not all alike.
+    pub(crate) fn attach(&mut self, channel: Box<dyn Channel>, peers: &[usize], cabling: Option<Cabling>) {
+        let c = self.engine.channels.len();
+        self.engine.channels.push(channel);
+        for &p in peers {
+            self.engine.route[p] = c;
+        }
+        if let Some(cabling) = cabling {
+            self.cabling = cabling;
+        }
+    }
+}
+
+impl Transport for Mesh {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn exchange(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        limits: &Limits,
+    ) -> Result<()> {
+        if self.aborted {
+            return Err(Error::Internal("exchange on an aborted transport".into()));
+        }
+        self.engine.run(sends, recvs, on_recv, limits)
+    }
+
+    fn abort(&mut self, cause: &Error) {
+        if self.aborted {
+            return;
+        }
+        self.aborted = true;
+        self.engine.control.abort(cause);
+        for c in self.engine.channels.iter_mut() {
+            c.close();
+        }
+    }
+
+    fn cabling(&self) -> Cabling {
+        self.cabling.clone()
+    }
+
+    fn link_kind(&self, peer: usize) -> LinkKind {
+        if peer == self.rank {
+            return LinkKind::Local;
+        }
+        self.engine.channels[self.engine.route[peer]].kind()
+    }
+}
+
+/// How many ranks run on `rank`'s host (the same host identity, or the same name where the
+/// identity is unknown).
+fn local_ranks(peers: &[PeerInfo], rank: usize) -> usize {
+    let me = &peers[rank];
+    peers.iter().filter(|p| if me.host_id.is_empty() { p.host == me.host } else { p.host_id == me.host_id }).count()
+}

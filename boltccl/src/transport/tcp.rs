@@ -1,0 +1,58 @@
+//! TCP links: a full mesh of non-blocking sockets.
+//!
+//! Each peer has `BOLTCCL_TCP_STREAMS` connections; the frames' queues are [`Streams`]. A closed
+//! or reset connection names the peer at once; a waiting rank sleeps in `poll` on the sockets
+//! it waits for.
+
+use super::progress::{Channel, Wake};
+use super::stream::Streams;
+use super::{LinkKind, OnRecv, RecvOp, SendOp};
+use crate::error::Result;
+use rustix::event::{PollFd, PollFlags};
+use std::io;
+use std::net::{Shutdown, TcpStream};
+
+/// One rank's TCP links to every peer it reaches over TCP.
+pub(crate) struct TcpChannel(Streams<TcpStream>);
+
+impl TcpChannel {
+    /// Links from connected, authenticated sockets (`links[peer][stream]`).
+    pub(crate) fn new(links: Vec<Vec<TcpStream>>) -> io::Result<TcpChannel> {
+        for s in links.iter().flatten() {
+            s.set_nonblocking(true)?;
+            s.set_nodelay(true)?;
+        }
+        Ok(TcpChannel(Streams::new(links)))
+    }
+}
+
+impl Channel for TcpChannel {
+    fn kind(&self) -> LinkKind {
+        LinkKind::Tcp
+    }
+
+    fn begin(&mut self, sends: &[SendOp<'_>], recvs: &[RecvOp<'_>], mine: &dyn Fn(usize) -> bool) -> Result<()> {
+        self.0.begin(sends, recvs, mine)
+    }
+
+    fn pump(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<bool> {
+        self.0.pump(sends, recvs, on_recv)
+    }
+
+    fn waiting_on(&self) -> Option<usize> {
+        self.0.waiting_on()
+    }
+
+    fn wake_on<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) -> Wake {
+        for (s, read) in self.0.pending_links() {
+            fds.push(PollFd::new(s, if read { PollFlags::IN } else { PollFlags::OUT }));
+        }
+        Wake::Poll
+    }
+
+    fn close(&mut self) {
+        for s in self.0.links.iter().flatten() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Ranks as real processes: each re-runs this test binary's worker test with the rank's
+//! environment, and every rank is killed if still running at the deadline.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on loopback (bound then released: good enough for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// True in a re-executed rank process.
+pub fn is_worker() -> bool {
+    std::env::var("BOLTCCL_TEST_ROLE").as_deref() == Ok("worker")
+}
+
+/// A job of rank processes to start: the worker test to run, the environment of every rank
+/// and of single ranks, and optionally a command each rank runs under (`ip netns exec ...`).
+pub struct Job {
+    n: usize,
+    test: String,
+    coordinator: String,
+    env: Vec<(String, String)>,
+    per_rank: Vec<(usize, String, String)>,
+    wrap: Option<Box<dyn Fn(usize) -> Vec<String>>>,
+}
+
+impl Job {
+    /// `n` ranks of the worker test `test`, the coordinator on a free loopback port.
+    pub fn new(n: usize, test: &str) -> Job {
+        Job {
+            n,
+            test: test.into(),
+            coordinator: format!("127.0.0.1:{}", free_port()),
+            env: Vec::new(),
+            per_rank: Vec::new(),
+            wrap: None,
+        }
+    }
+
+    /// Where rank 0 listens.
+    pub fn coordinator(mut self, addr: impl Into<String>) -> Job {
+        self.coordinator = addr.into();
+        self
+    }
+
+    /// A variable for every rank.
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Job {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Variables for every rank.
+    pub fn envs<K: Into<String>, V: Into<String>>(mut self, vars: impl IntoIterator<Item = (K, V)>) -> Job {
+        self.env.extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// A variable for rank `rank` only (set after the common ones, so it wins).
+    pub fn rank_env(mut self, rank: usize, k: impl Into<String>, v: impl Into<String>) -> Job {
+        self.per_rank.push((rank, k.into(), v.into()));
+        self
+    }
+
+    /// Run rank r under the command `wrap(r)` (e.g. `ip netns exec NS`).
+    pub fn wrap(mut self, wrap: impl Fn(usize) -> Vec<String> + 'static) -> Job {
+        self.wrap = Some(Box::new(wrap));
+        self
+    }
+
+    /// Start every rank.
+    pub fn spawn(self) -> Ranks {
+        self.start(0..self.n)
+    }
+
+    /// Start some of the ranks (the others later, or never), in the order given.
+    pub fn start(&self, ranks: impl IntoIterator<Item = usize>) -> Ranks {
+        let exe = std::env::current_exe().unwrap();
+        let children = ranks
+            .into_iter()
+            .map(|rank| {
+                let prefix = self.wrap.as_ref().map(|w| w(rank)).unwrap_or_default();
+                let mut c = match prefix.split_first() {
+                    Some((cmd, args)) => {
+                        let mut c = Command::new(cmd);
+                        c.args(args).arg(&exe);
+                        c
+                    }
+                    None => Command::new(&exe),
+                };
+                c.args(["--exact", &self.test, "--nocapture", "--test-threads=1"])
+                    .env("BOLTCCL_TEST_ROLE", "worker")
+                    .env("BOLTCCL_RANK", rank.to_string())
+                    .env("BOLTCCL_WORLD_SIZE", self.n.to_string())
+                    .env("BOLTCCL_COORDINATOR", &self.coordinator)
+                    .env("BOLTCCL_JOB_KEY", "test-key")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped());
+                c.envs(self.env.iter().map(|(k, v)| (k, v)));
+                for (_, k, v) in self.per_rank.iter().filter(|(r, _, _)| *r == rank) {
+                    c.env(k, v);
+                }
+                c.spawn().unwrap()
+            })
+            .collect();
+        Ranks { children }
+    }
+}
+
+/// Started rank processes.
+pub struct Ranks {
+    pub children: Vec<Child>,
+}
+
+/// Output of one rank process.
+#[derive(Debug)]
+pub struct RankOutput {
+    pub rank: usize,
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl RankOutput {
+    /// The text after the first `key` on any line of stdout.
+    pub fn field(&self, key: &str) -> Option<&str> {
+        self.stdout.lines().find_map(|l| l.split_once(key).map(|(_, v)| v.trim()))
+    }
+}
+
+impl Ranks {
+    /// `n` ranks of the worker test `test_name`, every rank with `env`.
+    pub fn spawn<K: AsRef<str>>(n: usize, test_name: &str, env: &[(K, String)]) -> Ranks {
+        Job::new(n, test_name).envs(env.iter().map(|(k, v)| (k.as_ref().to_string(), v.clone()))).spawn()
+    }
+
+    /// Wait for every rank (up to `limit`), then return their outputs in rank order.
+    pub fn wait(self, limit: Duration) -> Vec<RankOutput> {
+        let start = Instant::now();
+        let handles: Vec<_> = self
+            .children
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut child)| {
+                std::thread::spawn(move || {
+                    let deadline = start + limit;
+                    loop {
+                        if let Some(_st) = child.try_wait().unwrap() {
+                            break;
+                        }
+                        if Instant::now() > deadline {
+                            let _ = child.kill();
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    let elapsed = start.elapsed();
+                    let out = child.wait_with_output().unwrap();
+                    RankOutput {
+                        rank,
+                        status: out.status,
+                        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                        elapsed,
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+}
+
+/// Every rank must have succeeded and printed `key`: the rest of that line, in rank order.
+pub fn results(outs: &[RankOutput], key: &str) -> Vec<String> {
+    outs.iter()
+        .map(|o| {
+            assert!(o.status.success(), "rank {} failed ({:?}):\n{}\n{}", o.rank, o.status, o.stdout, o.stderr);
+            o.field(key)
+                .unwrap_or_else(|| panic!("rank {} printed no {key}:\n{}\n{}", o.rank, o.stdout, o.stderr))
+                .to_string()
+        })
+        .collect()
+}

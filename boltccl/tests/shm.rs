@@ -1,0 +1,221 @@
+//! Shared memory between rank processes: nothing left behind when ranks are killed at any
+//! moment, segments unreadable by other users, no attaching without the job key, and no growth
+//! in memory or file descriptors over many calls.
+
+mod common;
+
+use common::harness::{is_worker, Job};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_default()
+}
+
+/// The rank-process side of every test here; SCENARIO says what it does.
+#[test]
+fn shm_worker() {
+    if !is_worker() {
+        return;
+    }
+    boltccl::log_to_stderr();
+    let g = boltccl::init().unwrap_or_else(|e| panic!("init: {e}"));
+    assert_eq!(g.link_kind((g.rank() + 1) % g.size()).unwrap(), boltccl::LinkKind::SharedMemory);
+    match env("SCENARIO").as_str() {
+        "busy" => {
+            // Collectives of every size until killed (or for a while).
+            let until = Instant::now() + Duration::from_secs(20);
+            let mut n = 1usize;
+            while Instant::now() < until {
+                let mut x = vec![1.0f32; n];
+                if let Err(e) = g.all_sum(&mut x) {
+                    println!("ERR {e}");
+                    return;
+                }
+                n = (n * 7 + 13) % (3 << 20);
+            }
+            println!("DONE");
+        }
+        "files" => {
+            // Say where the shared memory is, then wait to be looked at.
+            for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+                if std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy().contains("memfd:boltccl")) {
+                    println!(
+                        "SEGMENT {}",
+                        fd.path().display().to_string().replace("self", &std::process::id().to_string())
+                    );
+                }
+            }
+            g.barrier().unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            g.barrier().unwrap();
+            println!("DONE");
+        }
+        "steady" => {
+            let mut small = [1.0f32; 1];
+            let mut big = vec![1.0f32; 16 << 10];
+            let sample = || (open_fds(), rss_kib());
+            let start = sample();
+            let mut first = (0, 0);
+            for i in 0..10_000 {
+                g.all_sum(&mut small).unwrap();
+                if i % 10 == 0 {
+                    g.all_sum(&mut big).unwrap();
+                }
+                if i == 1000 {
+                    first = sample();
+                }
+            }
+            let last = sample();
+            println!("RESULT fds {} -> {} -> {}, rss {} -> {} KiB", start.0, first.0, last.0, first.1, last.1);
+            assert!(first.0 <= start.0 + 4, "file descriptors grew from {} to {} in 1,000 calls", start.0, first.0);
+            assert!(last.0 <= first.0, "file descriptors grew from {} to {}", first.0, last.0);
+            assert!(last.1 <= first.1 + 2048, "RSS grew from {} to {} KiB", first.1, last.1);
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    s.split(' ').nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 4
+}
+
+/// What a dead job could leave behind: files in /dev/shm and boltccl's abstract sockets.
+fn leftovers() -> (BTreeSet<String>, usize) {
+    let shm = std::fs::read_dir("/dev/shm")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let sockets = std::fs::read_to_string("/proc/net/unix").unwrap_or_default().matches("@boltccl-").count();
+    (shm, sockets)
+}
+
+fn job(n: usize, scenario: &str) -> Job {
+    Job::new(n, "shm_worker").env("BOLTCCL_BACKEND", "shm").env("SCENARIO", scenario).env("BOLTCCL_TIMEOUT_MS", "10000")
+}
+
+/// kill -9 of one rank at moments from start-up to mid-collective: no survivor hangs, every
+/// collective that fails names the dead rank, and nothing is left in /dev/shm or among the
+/// unix sockets.
+#[test]
+fn nothing_is_left_behind_when_ranks_are_killed_at_any_moment() {
+    let before = leftovers();
+    for (trial, delay_ms) in [0u64, 5, 20, 60, 150, 400, 900].into_iter().enumerate() {
+        let victim = trial % 3;
+        let mut ranks = job(3, "busy").env("BOLTCCL_INIT_TIMEOUT_MS", "5000").spawn();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        ranks.children[victim].kill().unwrap();
+        let outs = ranks.wait(Duration::from_secs(60));
+        let errors: Vec<_> = outs.iter().map(|o| (o.rank, o.field("ERR "))).collect();
+        for o in outs.iter().filter(|o| o.rank != victim) {
+            assert!(o.elapsed < Duration::from_secs(30), "trial {trial}: rank {} hung", o.rank);
+            if let Some(e) = o.field("ERR ") {
+                assert!(
+                    e.contains(&format!("rank {victim}")),
+                    "trial {trial} ({delay_ms} ms, rank {victim} killed): rank {}: {e}\nall: {errors:?}",
+                    o.rank
+                );
+            }
+        }
+    }
+    assert_eq!(leftovers(), before, "shared memory or sockets left behind");
+}
+
+/// Another user cannot read a rank's shared memory, even knowing where it is.
+#[test]
+fn other_users_cannot_read_the_segments() {
+    let mut ranks = job(2, "files").spawn();
+    let mut stdout = ranks.children[0].stdout.take().unwrap();
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !text.contains("SEGMENT") && Instant::now() < deadline {
+        let mut b = [0u8; 256];
+        let n = std::io::Read::read(&mut stdout, &mut b).unwrap();
+        text.push_str(&String::from_utf8_lossy(&b[..n]));
+    }
+    let path = text
+        .lines()
+        .find_map(|l| l.split_once("SEGMENT ").map(|(_, p)| p))
+        .unwrap_or_else(|| panic!("no segment reported:\n{text}"))
+        .trim()
+        .to_string();
+    let as_nobody = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "head", "-c", "16", &path])
+        .output()
+        .expect("setpriv (util-linux) runs");
+    assert!(!as_nobody.status.success(), "user nobody read {path}");
+    // Nor any boltccl file under /dev/shm, by name (there should be none).
+    for f in leftovers().0.iter().filter(|f| f.contains("boltccl")) {
+        let p = format!("/dev/shm/{f}");
+        let read = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "head", "-c", "16", &p])
+            .output()
+            .expect("setpriv runs");
+        assert!(!read.status.success(), "user nobody read {p}");
+    }
+    let as_us = std::fs::File::open(&path).map(|_| ());
+    assert!(as_us.is_ok(), "the owner cannot open {path} either: the test looks in the wrong place: {as_us:?}");
+    let outs = ranks.wait(Duration::from_secs(30));
+    assert!(outs.iter().all(|o| o.status.success()), "{outs:?}");
+}
+
+/// A process that connects to a rank's set-up socket without the job key is turned away, and
+/// the group still forms.
+#[test]
+fn a_process_without_the_key_cannot_attach() {
+    let job = job(2, "steady");
+    let first = job.start([0]);
+    // Rank 0 listens on its set-up socket before the group forms; find it and knock.
+    let pid = first.children[0].id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let name = loop {
+        if let Some(name) = listening_socket(pid) {
+            break name;
+        }
+        assert!(Instant::now() < deadline, "rank 0 never listened for shared memory");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let addr =
+        <std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name.as_bytes())
+            .unwrap();
+    let mut rogue = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+    std::io::Write::write_all(&mut rogue, b"let me in, I am a rank too").unwrap();
+    drop(rogue);
+    let second = job.start([1]);
+    let mut outs = first.wait(Duration::from_secs(120));
+    outs.extend(second.wait(Duration::from_secs(120)));
+    for o in &outs {
+        assert!(o.status.success() && o.stdout.contains("RESULT"), "rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr);
+    }
+    assert!(outs[0].stderr.contains("rejected a shared-memory connection"), "{}", outs[0].stderr);
+}
+
+/// The name of the abstract `@boltccl-...` socket process `pid` listens on.
+fn listening_socket(pid: u32) -> Option<String> {
+    let inodes: BTreeSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|l| l.to_string_lossy().strip_prefix("socket:[").map(|s| s.trim_end_matches(']').to_string()))
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    table.lines().find_map(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        let name = cols.last()?.strip_prefix("@boltccl-")?;
+        inodes.contains(*cols.get(6)?).then(|| format!("boltccl-{name}"))
+    })
+}
+
+/// 10,000 small and 1,000 64 KiB all_sums: file descriptors and resident memory stay flat.
+#[test]
+fn ten_thousand_calls_grow_nothing() {
+    let outs = job(3, "steady").spawn().wait(Duration::from_secs(300));
+    for o in &outs {
+        assert!(o.status.success(), "rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr);
+        println!("rank {}: {}", o.rank, o.field("RESULT ").unwrap_or("?"));
+    }
+}

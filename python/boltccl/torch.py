@@ -1,0 +1,439 @@
+"""boltccl as a torch.distributed backend.
+
+>>> import torch.distributed as dist
+>>> import boltccl.torch                       # registers the backend "boltccl"
+>>> dist.init_process_group("boltccl")          # under torchrun, boltccl launch, ...
+>>> dist.all_reduce(t)                          # CPU tensors, every dtype boltccl has
+
+The process group forms a boltccl group through the store torch hands it (rank 0 puts its
+address and a fresh job key there), so it works with every ``init_method``. Collectives run
+zero-copy on contiguous CPU tensors (a non-contiguous one goes through a contiguous copy);
+``async_op=True`` returns a Work whose ``wait()`` raises boltccl's own exceptions
+(``boltccl.TimeoutError``, ``boltccl.PeerLostError``, ...), and whose ``get_future()``
+completes when the call does (what DistributedDataParallel's hooks use).
+
+Supported: all_reduce (SUM, AVG, MAX, MIN), all_gather, all_gather_into_tensor,
+reduce_scatter, reduce_scatter_tensor (SUM, AVG, MAX, MIN), broadcast, barrier, send/recv and
+isend/irecv (with an explicit source), new_group; DistributedDataParallel on torch 2.x.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import secrets
+import socket
+import threading
+from typing import Any, Callable, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+import boltccl
+
+__all__ = ["ProcessGroupBoltccl", "BACKEND"]
+
+BACKEND = "boltccl"
+#: Collectives up to this many bytes run inside the call (a latency-bound call has nothing to
+#: overlap, and the hand-off to the progress thread would cost more than the call); larger
+#: ones, and every send/recv, run on boltccl's progress thread while torch goes on.
+INLINE_MAX_BYTES = 65536
+_KEY = "boltccl/rendezvous"
+_DTYPES = {
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+}
+for _name in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        _DTYPES.add(getattr(torch, _name))
+
+
+def _reduce_op(op: Any, dtype: torch.dtype) -> tuple:
+    """(boltccl op name, divide by the size afterwards)."""
+    if op == dist.ReduceOp.SUM:
+        return "sum", False
+    if op == dist.ReduceOp.MAX:
+        return "max", False
+    if op == dist.ReduceOp.MIN:
+        return "min", False
+    if op == dist.ReduceOp.AVG:
+        if not (dtype.is_floating_point):
+            raise ValueError(f"ReduceOp.AVG needs a floating-point tensor, got {dtype}: use SUM and divide")
+        return "sum", True
+    raise ValueError(
+        f"the boltccl backend reduces with SUM, AVG, MAX and MIN, not {op}: "
+        "compute the others from these (e.g. PRODUCT as exp(SUM(log)))"
+    )
+
+
+def _check(t: torch.Tensor, what: str) -> None:
+    if not t.is_cpu:
+        raise ValueError(f"{what} is on {t.device}: the boltccl backend works on CPU tensors (move it with .cpu())")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{what} has dtype {t.dtype}: boltccl reduces float16/32/64, bfloat16 and integers")
+    if t.layout != torch.strided:
+        raise ValueError(f"{what} is not a strided (dense) tensor")
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous, autograd-free view of t's memory, or a contiguous copy."""
+    if t.requires_grad:
+        t = t.detach()
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _arr(f: torch.Tensor) -> tuple:
+    """(array sharing f's memory, element type for boltccl): numpy's view where torch has one
+    (the cheapest way in, about 1 us), else the tensor itself (DLPack)."""
+    try:
+        if f.dtype is torch.bfloat16:
+            return f.view(torch.int16).numpy(), "bfloat16"
+        return f.numpy(), None
+    except (TypeError, RuntimeError):
+        return f, None
+
+
+class _Work(dist.Work):
+    """Calls in flight; ``finish`` runs once after all of them (copy-backs, AVG's division)."""
+
+    def __init__(
+        self,
+        works: Sequence[Any],
+        result: List[torch.Tensor],
+        finish: Optional[Callable[[], None]] = None,
+        error: Optional[BaseException] = None,
+    ):
+        super().__init__()
+        self._works = list(works)
+        self._result = result
+        self._finish = finish
+        self._error: Optional[BaseException] = error
+        self._done = False
+        self._future: Optional[torch.futures.Future] = None
+        self._future_owed = False  # a future was handed out and not yet settled
+        # The progress thread's completion function and wait() may both finish the Work.
+        self._lock = threading.Lock()
+        if not self._works:
+            self._complete()
+        else:
+            # The last call finishes after the others (calls complete in the order started).
+            self._works[-1].add_done_callback(self._complete)
+
+    def _complete(self) -> None:
+        # Runs on boltccl's progress thread (with the GIL), or from wait(); once.
+        with self._lock:
+            if not self._done:
+                self._run_finish()
+            fut, self._future_owed = (self._future, False) if self._future_owed else (None, False)
+        if fut is not None:
+            self._settle(fut)
+
+    def _run_finish(self) -> None:
+        for w in self._works:
+            try:
+                w.test()
+            except BaseException as e:  # noqa: BLE001 - handed to wait() and the future
+                self._error = e
+                break
+        if self._error is None and self._finish is not None:
+            try:
+                self._finish()
+            except BaseException as e:  # noqa: BLE001
+                self._error = e
+        self._done = True
+
+    def _settle(self, fut: torch.futures.Future) -> None:
+        if self._error is not None:
+            fut.set_exception(self._error)
+        else:
+            fut.set_result(self._result)
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        t = None if timeout is None or timeout == datetime.timedelta(0) else timeout.total_seconds()
+        for w in self._works:
+            try:
+                w.wait(t)
+            except BaseException as e:
+                self._error = self._error or e
+                break
+        if not self._done:
+            self._complete()
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done
+
+    def is_success(self) -> bool:
+        return self._done and self._error is None
+
+    def exception(self) -> Any:
+        return self._error
+
+    def result(self) -> List[torch.Tensor]:
+        self.wait()
+        return self._result
+
+    def get_future(self) -> torch.futures.Future:
+        if self._future is None:
+            fut = torch.futures.Future()
+            with self._lock:
+                self._future = fut
+                done = self._done
+                self._future_owed = not done
+            if done:
+                self._settle(fut)
+        return self._future
+
+    def synchronize(self) -> None:
+        self.wait()
+
+
+def _local_ip(store: Any) -> str:
+    """An address of this host that the other ranks can reach: the one that reaches torch's
+    store (MASTER_ADDR), else the host name's, else loopback."""
+    host = os.environ.get("MASTER_ADDR")
+    inner = store
+    for _ in range(8):
+        if isinstance(inner, dist.TCPStore):
+            host = inner.host
+            break
+        nxt = getattr(inner, "underlying_store", None)
+        if nxt is None:
+            break
+        inner = nxt
+    if not host:
+        return "127.0.0.1"
+    try:
+        target = socket.getaddrinfo(host, 1, socket.AF_INET, socket.SOCK_DGRAM)[0][4][0]
+        if target.startswith("127."):
+            return "127.0.0.1"
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 1))  # no packet is sent: this picks the route's source address
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((ip, 0))
+        return int(s.getsockname()[1])
+
+
+class ProcessGroupBoltccl(dist.ProcessGroup):
+    """A torch.distributed process group over a boltccl group (see the module docstring)."""
+
+    def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta):
+        super().__init__(rank, size)
+        self._rank, self._size = rank, size
+        seconds = max(1.0, timeout.total_seconds())
+        if rank == 0:
+            ip = _local_ip(store)
+            rendezvous = f"{ip}:{_free_port(ip)} {secrets.token_hex(16)}"
+            store.set(_KEY, rendezvous)
+        else:
+            rendezvous = store.get(_KEY).decode()
+        coordinator, key = rendezvous.split(" ", 1)
+        kw = {}
+        if not os.environ.get("BOLTCCL_TIMEOUT_MS"):
+            # torch's default (30 min) is a completion limit; boltccl's is since the last
+            # progress, so a stall is reported sooner.
+            kw["timeout"] = min(seconds, 30.0)
+        self._g = boltccl.init(
+            rank=rank, world_size=size, coordinator=coordinator, job_key=key, init_timeout=seconds, **kw
+        )
+
+    def _start(self, calls: List[Callable[[bool], Any]], nbytes: int, result: List[torch.Tensor], finish=None, inline=None) -> "_Work":
+        """Run `calls` (each `call(async_op)`): inline when small, else started. A boltccl error
+        of an inline call is kept for wait(), as a started call's would be."""
+        if inline is None:
+            inline = nbytes <= INLINE_MAX_BYTES
+        if not inline:
+            return _Work([c(True) for c in calls], result, finish)
+        for c in calls:
+            try:
+                c(False)
+            except boltccl.Error as e:
+                return _Work([], result, None, error=e)
+        return _Work([], result, finish)
+
+    # -- what torch asks of a process group -------------------------------------------------
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND
+
+    def size(self) -> int:
+        return self._size
+
+    def rank(self) -> int:
+        return self._rank
+
+    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        calls, copies, divide, nbytes = [], [], False, 0
+        for i, t in enumerate(tensors):
+            _check(t, f"tensors[{i}]")
+            name, divide = _reduce_op(opts.reduceOp, t.dtype)
+            f = _flat(t)
+            copies.append((t, f))
+            nbytes += f.numel() * f.element_size()
+            arr, dt = _arr(f)
+            calls.append(lambda a, arr=arr, dt=dt, fn=getattr(self._g, f"all_{name}"): fn(arr, dtype=dt, async_op=a))
+        return self._start(calls, nbytes, list(tensors), self._finisher(copies, divide))
+
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        o = dist.AllreduceOptions()
+        if opts is not None:
+            o.reduceOp = opts.reduceOp
+        return self.allreduce(tensors, o)
+
+    def _finisher(self, copies: list, divide: bool) -> Optional[Callable[[], None]]:
+        back = [(t, f) for t, f in copies if f is not t and (f.data_ptr() != t.data_ptr() or f.stride() != t.stride())]
+        if not back and not divide:
+            return None
+
+        def finish() -> None:
+            for t, f in copies:
+                if divide:
+                    f.div_(self._size)
+            with torch.no_grad():
+                for t, f in back:
+                    t.copy_(f)
+
+        return finish
+
+    def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        root = opts.rootRank if opts is not None else 0
+        calls, copies, nbytes = [], [], 0
+        for i, t in enumerate(tensors):
+            _check(t, f"tensors[{i}]")
+            f = _flat(t)
+            copies.append((t, f))
+            nbytes += f.numel() * f.element_size()
+            arr, dt = _arr(f)
+            calls.append(lambda a, arr=arr, dt=dt: self._g.broadcast(arr, root=root, dtype=dt, async_op=a))
+        return self._start(calls, nbytes, list(tensors), self._finisher(copies, False))
+
+    def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        calls, finishers, nbytes = [], [], 0
+        for outs, t in zip(output_lists, inputs):
+            _check(t, "input")
+            if len(outs) != self._size:
+                raise ValueError(f"all_gather needs {self._size} output tensors, got {len(outs)}")
+            flat = torch.empty((self._size * t.numel(),), dtype=t.dtype)
+            src = _flat(t).reshape(-1)
+            nbytes += flat.numel() * flat.element_size()
+            calls.append(lambda a, src=src, flat=flat: self._g.all_gather(src, out=flat, async_op=a))
+            finishers.append((outs, flat, t.numel()))
+
+        def finish() -> None:
+            with torch.no_grad():
+                for outs, flat, n in finishers:
+                    for r, o in enumerate(outs):
+                        o.copy_(flat[r * n : (r + 1) * n].view(o.shape))
+
+        return self._start(calls, nbytes, [o for outs in output_lists for o in outs], finish)
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
+        _check(input, "input")
+        _check(output, "output")
+        out, src = _flat(output), _flat(input).reshape(-1)
+        call = lambda a: self._g.all_gather(src, out=out.reshape(-1), async_op=a)  # noqa: E731
+        nbytes = out.numel() * out.element_size()
+        return self._start([call], nbytes, [output], self._finisher([(output, out)], False))
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
+        return self._allgather_base(output, input, opts)
+
+    def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else _Work([], [])
+
+    def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts: Any = None) -> dist.Work:
+        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        calls, copies, divide, nbytes = [], [], False, 0
+        for out, ins in zip(outputs, input_lists):
+            _check(out, "output")
+            if len(ins) != self._size:
+                raise ValueError(f"reduce_scatter needs {self._size} input tensors, got {len(ins)}")
+            name, divide = _reduce_op(reduce_op, out.dtype)
+            flat_in = torch.cat([i.detach().reshape(-1) for i in ins])
+            f = _flat(out)
+            copies.append((out, f))
+            nbytes += flat_in.numel() * flat_in.element_size()
+            calls.append(lambda a, i=flat_in, f=f, name=name: self._g.reduce_scatter(i, out=f.reshape(-1), op=name, async_op=a))
+        return self._start(calls, nbytes, list(outputs), self._finisher(copies, divide))
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
+        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        _check(input, "input")
+        _check(output, "output")
+        name, divide = _reduce_op(reduce_op, output.dtype)
+        f, src = _flat(output), _flat(input).reshape(-1)
+        call = lambda a: self._g.reduce_scatter(src, out=f.reshape(-1), op=name, async_op=a)  # noqa: E731
+        nbytes = src.numel() * src.element_size()
+        return self._start([call], nbytes, [output], self._finisher([(output, f)], divide))
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
+        return self._reduce_scatter_base(output, input, opts)
+
+    def barrier(self, opts: Any = None) -> dist.Work:
+        return self._start([lambda a: self._g.barrier(async_op=a)], 0, [])
+
+    def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
+        works = []
+        for t in tensors:
+            _check(t, "tensor")
+            works.append(self._g.send(_flat(t), dst, async_op=True))
+        return _Work(works, list(tensors))
+
+    def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
+        works, copies = [], []
+        for t in tensors:
+            _check(t, "tensor")
+            f = _flat(t)
+            copies.append((t, f))
+            works.append(self._g.recv(f, src, async_op=True))
+        return _Work(works, list(tensors), self._finisher(copies, False))
+
+    def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> dist.Work:
+        raise ValueError("the boltccl backend receives from a named rank only: pass src= to recv/irecv")
+
+
+def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupBoltccl:
+    return ProcessGroupBoltccl(store, rank, size, timeout)
+
+
+def _env_from_boltccl_launch() -> None:
+    """Under `boltccl launch` (which sets BOLTCCL_* but not torch's variables), give
+    ``init_process_group``'s default ``env://`` what it reads: RANK, WORLD_SIZE, and torch's
+    store on rank 0's host at a port derived from the job key (never the coordinator's)."""
+    env = os.environ
+    if env.get("MASTER_ADDR") or not all(env.get(k) for k in ("BOLTCCL_RANK", "BOLTCCL_WORLD_SIZE", "BOLTCCL_COORDINATOR")):
+        return
+    host, _, port = env["BOLTCCL_COORDINATOR"].rpartition(":")
+    seed = int(hashlib.sha256(("torch-store:" + env.get("BOLTCCL_JOB_KEY", "")).encode()).hexdigest()[:8], 16)
+    store_port = 20000 + seed % 12768
+    if str(store_port) == port:
+        store_port += 1
+    env.setdefault("RANK", env["BOLTCCL_RANK"])
+    env.setdefault("WORLD_SIZE", env["BOLTCCL_WORLD_SIZE"])
+    env["MASTER_ADDR"] = host.strip("[]")
+    env.setdefault("MASTER_PORT", str(store_port))
+
+
+_env_from_boltccl_launch()
+
+
+if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
+    dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])

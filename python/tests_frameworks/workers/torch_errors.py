@@ -1,0 +1,30 @@
+"""Errors through the torch backend surface at wait() as boltccl's own exceptions: rank 1
+leaves without joining an all_reduce that rank 0 started with async_op=True."""
+
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import boltccl
+import boltccl.torch  # noqa: F401
+
+dist.init_process_group("boltccl")
+rank = dist.get_rank()
+dist.barrier()
+if rank == 1:
+    time.sleep(0.5)
+    os._exit(0)  # gone without a word
+t0 = time.time()
+w = dist.all_reduce(torch.ones(1 << 16), async_op=True)
+try:
+    w.wait()
+    kind = None
+except boltccl.Error as e:
+    kind = type(e).__name__ + ":" + e.kind
+print("RESULT " + json.dumps({"rank": rank, "error": kind, "seconds": time.time() - t0}), flush=True)
+sys.stdout.flush()
+os._exit(0)

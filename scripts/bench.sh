@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every benchmark, one entry point. Figures go to stdout (and target/ where noted).
+#   scripts/bench.sh peers      float32 all_sum beside MLX's ring, Open MPI (TCP and shared
+#                               memory) and Gloo, one side-by-side table (installs the peers)
+#   scripts/bench.sh bindings   Python vs Rust all_sum at 2 ranks (after scripts/test-bindings.sh)
+#   scripts/bench.sh llm        the inference example's decode speed beside llama.cpp
+#   scripts/bench.sh netns      direct vs ring over rate-capped links in network namespaces
+#                               (root; RDMA over softverbs)
+#   scripts/bench.sh hosts      2 namespaces x 2 ranks: shared memory inside + TCP between,
+#                               against TCP everywhere (root)
+#   scripts/bench.sh torch      torch.distributed all_reduce, backend boltccl vs gloo, beside
+#                               `boltccl bench` (after scripts/test-frameworks.sh)
+#   scripts/bench.sh overlap    compute (matrix products) while an async 64 MiB all_sum runs
+# Each one's knobs are described at the top of scripts/bench/<name>.sh.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+what="${1:-}"
+case "$what" in
+    peers | bindings | llm | netns | hosts | torch | overlap)
+        shift
+        exec bash "$here/bench/$what.sh" "$@"
+        ;;
+    *)
+        sed -n '2,14p' "$0" >&2
+        exit 2
+        ;;
+esac

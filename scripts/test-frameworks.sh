@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The framework suite (python/tests_frameworks): boltccl under the real launchers (mlx.launch,
+# torchrun, mpirun, srun), the torch.distributed backend, torch/MLX/JAX arrays, non-blocking
+# calls from Python. Run by scripts/test.sh; on its own:
+#   bash scripts/test-frameworks.sh [pytest args]
+#
+# 1. Debian packages, if missing: Open MPI (mpirun), Slurm and munge (srun).
+# 2. target/frameworks-venv with python/requirements-test.txt and -frameworks.txt (torch is
+#    PyPI's ~5 GB CUDA wheel: installed once, kept while the requirements are unchanged).
+# 3. The wheel (maturin, release) installed into it.
+# 4. A one-node Slurm cluster (scripts/slurm/start.sh), stopped at exit.
+# 5. pytest. Nothing is skipped: a missing framework or launcher fails its test.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+export CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
+python="${PYTHON:-python3}"
+venv="$root/target/frameworks-venv"
+wheels="$root/target/frameworks-wheels"
+step() { printf '\n== test-frameworks: %s\n' "$*"; }
+
+step "system packages"
+bash scripts/deps.sh openmpi-bin slurmd slurmctld slurm-client munge
+
+stamp="$venv/.requirements.sha256"
+want="$(cat python/requirements-test.txt python/requirements-frameworks.txt | sha256sum | cut -d' ' -f1)"
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    step "virtual environment with torch, mlx[cpu], jax (once; about 5 GB)"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    timeout 1800 "$venv/bin/pip" install -q --disable-pip-version-check \
+        -r python/requirements-test.txt -r python/requirements-frameworks.txt
+    echo "$want" > "$stamp"
+else
+    step "virtual environment: cached ($(du -sh "$venv" | cut -f1))"
+fi
+"$venv/bin/python" -c 'import torch, mlx.core, jax; print("torch", torch.__version__, "| mlx", mlx.core.__version__, "| jax", jax.__version__)'
+
+step "wheel (maturin, release)"
+rm -rf "$wheels"
+(cd python && timeout 1800 "$venv/bin/maturin" build --release -q -i "$venv/bin/python" --out "$wheels")
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$wheels"/boltccl-*.whl
+
+step "one-node Slurm cluster"
+slurm_dir="$root/target/slurm"
+cleanup() { bash "$root/scripts/slurm/stop.sh" "$slurm_dir"; }
+trap cleanup EXIT
+bash scripts/slurm/start.sh "$slurm_dir"
+export SLURM_CONF="$slurm_dir/slurm.conf"
+
+step "pytest"
+# From target/, so that python/boltccl (without the compiled module) is not imported.
+(cd "$root/target" && timeout 1800 "$venv/bin/python" -m pytest "$root/python/tests_frameworks" -q \
+    -p no:cacheprovider -r s --durations=15 "$@")
+step "all passed"
