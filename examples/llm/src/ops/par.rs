@@ -34,7 +34,9 @@ impl<T> Base<T> {
     /// `self` comes from a live `&mut [T]` of `len` items, and each `i` is used once at a time.
     unsafe fn piece<'a>(self, i: usize, chunk: usize, len: usize) -> &'a mut [T] {
         let start = i * chunk;
-        std::slice::from_raw_parts_mut(self.0.add(start), chunk.min(len - start))
+        // SAFETY: the caller keeps this function's contract (a live `&mut [T]` of `len` items,
+        // each piece handed out once at a time), and `start < len` for every piece index.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), chunk.min(len - start)) }
     }
 }
 

@@ -23,7 +23,9 @@ const PREFETCH: usize = 4096;
 #[inline]
 unsafe fn prefetch(p: *const u8) {
     // SAFETY: a prefetch hint reads nothing architecturally and cannot fault.
-    asm!("prfm pldl1keep, [{p}]", p = in(reg) p, options(nostack, preserves_flags, readonly));
+    unsafe {
+        asm!("prfm pldl1keep, [{p}]", p = in(reg) p, options(nostack, preserves_flags, readonly));
+    }
 }
 
 pub(super) fn has_dotprod() -> bool {
@@ -66,12 +68,15 @@ pub(super) fn dot_rows(op: &Operands, dot: bool, out: &mut [f32], exact: &mut [f
 /// even) and added to the four f64 accumulators `acc` (lanes 0-1, 2-3).
 #[inline]
 unsafe fn to_grid(lo: float32x4_t, hi: float32x4_t, acc: &mut [float64x2_t; 2]) {
-    let scale = vdupq_n_f64((1u64 << super::GRID_BITS) as f64);
-    for v in [lo, hi] {
-        let g0 = vrndnq_f64(vmulq_f64(vcvt_f64_f32(vget_low_f32(v)), scale));
-        let g1 = vrndnq_f64(vmulq_f64(vcvt_high_f64_f32(v), scale));
-        acc[0] = vaddq_f64(acc[0], g0);
-        acc[1] = vaddq_f64(acc[1], g1);
+    // SAFETY: register-only Advanced SIMD, which every aarch64 target has.
+    unsafe {
+        let scale = vdupq_n_f64((1u64 << super::GRID_BITS) as f64);
+        for v in [lo, hi] {
+            let g0 = vrndnq_f64(vmulq_f64(vcvt_f64_f32(vget_low_f32(v)), scale));
+            let g1 = vrndnq_f64(vmulq_f64(vcvt_high_f64_f32(v), scale));
+            acc[0] = vaddq_f64(acc[0], g0);
+            acc[1] = vaddq_f64(acc[1], g1);
+        }
     }
 }
 
@@ -90,40 +95,54 @@ fn span_for(unit: usize) -> usize {
 /// the intrinsic (`vcvt_f32_f16`) is not stable Rust yet.
 #[inline]
 unsafe fn f16x4(p: *const u16) -> float32x4_t {
-    let h = vld1_u16(p);
-    let out: float32x4_t;
-    // SAFETY: a register-only conversion (no memory, no stack, no flags).
-    asm!("fcvtl {o:v}.4s, {h:v}.4h", o = out(vreg) out, h = in(vreg) h, options(pure, nomem, nostack, preserves_flags));
-    out
+    // SAFETY: the caller keeps this function's contract: every pointer it reads lies within
+    // `op`'s rows and blocks (`operands` checks), and `sdot` runs only where `dot_rows`
+    // checked for it.
+    unsafe {
+        let h = vld1_u16(p);
+        let out: float32x4_t;
+        // SAFETY: a register-only conversion (no memory, no stack, no flags).
+        asm!("fcvtl {o:v}.4s, {h:v}.4h", o = out(vreg) out, h = in(vreg) h, options(pure, nomem, nostack, preserves_flags));
+        out
+    }
 }
 
 /// Step 5 of the arithmetic: `u = lo + hi`, then `(u0 + u2) + (u1 + u3)`.
 #[inline]
 unsafe fn hsum(lo: float32x4_t, hi: float32x4_t) -> f32 {
-    let u = vaddq_f32(lo, hi);
-    let v = vadd_f32(vget_low_f32(u), vget_high_f32(u)); // (u0 + u2, u1 + u3)
-    vget_lane_f32::<0>(v) + vget_lane_f32::<1>(v)
+    // SAFETY: register-only Advanced SIMD, which every aarch64 target has.
+    unsafe {
+        let u = vaddq_f32(lo, hi);
+        let v = vadd_f32(vget_low_f32(u), vget_high_f32(u)); // (u0 + u2, u1 + u3)
+        vget_lane_f32::<0>(v) + vget_lane_f32::<1>(v)
+    }
 }
 
 /// Four lanes of `w * a` (signed bytes), four products a lane, with `sdot`.
 #[inline]
 #[target_feature(enable = "dotprod")]
 unsafe fn dot_sdot(w: int8x16_t, a: int8x16_t) -> int32x4_t {
-    let mut acc = vdupq_n_s32(0);
-    // SAFETY: a register-only instruction of the dot-product extension, which this function's
-    // target feature requires of its callers.
-    asm!("sdot {acc:v}.4s, {w:v}.16b, {a:v}.16b", acc = inout(vreg) acc, w = in(vreg) w, a = in(vreg) a,
+    // SAFETY: the caller checked the dot-product extension (`dot_rows`); registers only.
+    unsafe {
+        let mut acc = vdupq_n_s32(0);
+        // SAFETY: a register-only instruction of the dot-product extension, which this function's
+        // target feature requires of its callers.
+        asm!("sdot {acc:v}.4s, {w:v}.16b, {a:v}.16b", acc = inout(vreg) acc, w = in(vreg) w, a = in(vreg) a,
          options(pure, nomem, nostack, preserves_flags));
-    acc
+        acc
+    }
 }
 
 /// The same lanes with base instructions: 16-bit products, then two pairwise adds. A pair of
 /// products is at most 2 * 128 * 127, which fits an i16.
 #[inline]
 unsafe fn dot_smull(w: int8x16_t, a: int8x16_t) -> int32x4_t {
-    let p0 = vmull_s8(vget_low_s8(w), vget_low_s8(a));
-    let p1 = vmull_high_s8(w, a);
-    vpaddlq_s16(vpaddq_s16(p0, p1))
+    // SAFETY: register-only Advanced SIMD, which every aarch64 target has.
+    unsafe {
+        let p0 = vmull_s8(vget_low_s8(w), vget_low_s8(a));
+        let p1 = vmull_high_s8(w, a);
+        vpaddlq_s16(vpaddq_s16(p0, p1))
+    }
 }
 
 macro_rules! kernels {
@@ -135,6 +154,10 @@ macro_rules! kernels {
             #[inline]
             $(#[target_feature(enable = $feature)])?
             unsafe fn weights<const T: u8>(p: *const u8) -> (int8x16_t, int8x16_t) {
+                // SAFETY: the caller keeps this function's contract: every pointer it reads lies within
+                // `op`'s rows and blocks (`operands` checks), and `sdot` runs only where `dot_rows`
+                // checked for it.
+                unsafe {
                 if T == T_Q8_0 {
                     return (vld1q_s8(p as *const i8), vld1q_s8((p as *const i8).add(16)));
                 }
@@ -146,12 +169,17 @@ macro_rules! kernels {
                 } else {
                     (vsubq_s8(lo, vdupq_n_s8(8)), vsubq_s8(hi, vdupq_n_s8(8)))
                 }
+                }
             }
 
             /// Step 2 for blocks `c0..c0 + n` of row `i` into `sc` (see the x86 twin).
             #[inline]
             $(#[target_feature(enable = $feature)])?
             unsafe fn scales(op: &Operands, i: usize, c0: usize, n: usize, sc: &mut [f32; CHUNK]) {
+                // SAFETY: the caller keeps this function's contract: every pointer it reads lies within
+                // `op`'s rows and blocks (`operands` checks), and `sdot` runs only where `dot_rows`
+                // checked for it.
+                unsafe {
                 let (d, dx) = (op.d.as_ptr().add(i * op.nb + c0), op.ad.as_ptr().add(c0));
                 let mut j = 0;
                 while j + 4 <= n {
@@ -160,6 +188,7 @@ macro_rules! kernels {
                 }
                 for b in j..n {
                     sc[b] = h2f(*d.add(b)) * *dx.add(b);
+                }
                 }
             }
 
@@ -174,6 +203,10 @@ macro_rules! kernels {
                 sc: &[[f32; CHUNK]; ROWS],
                 acc: &mut [[float32x4_t; 4]; R],
             ) {
+                // SAFETY: the caller keeps this function's contract: every pointer it reads lies within
+                // `op`'s rows and blocks (`operands` checks), and `sdot` runs only where `dot_rows`
+                // checked for it.
+                unsafe {
                 let qb = if T == T_Q8_0 { 32 } else { 16 };
                 let row_q = op.nb * qb;
                 let qs = op.qs.as_ptr().add(r0 * row_q);
@@ -200,6 +233,7 @@ macro_rules! kernels {
                         }
                     }
                 }
+                }
             }
 
             /// `R` rows from `r0`: steps 1-5 into `out`, or (`EXACT`) step 6 into `exact`
@@ -213,6 +247,10 @@ macro_rules! kernels {
                 out: &mut [f32],
                 exact: &mut [f64],
             ) {
+                // SAFETY: the caller keeps this function's contract: every pointer it reads lies within
+                // `op`'s rows and blocks (`operands` checks), and `sdot` runs only where `dot_rows`
+                // checked for it.
+                unsafe {
                 let z = vdupq_n_f32(0.0);
                 let mut acc = [[z; 4]; R];
                 let mut ex = [[vdupq_n_f64(0.0); 2]; R];
@@ -249,11 +287,16 @@ macro_rules! kernels {
                     let a = &acc[i];
                     out[i] = hsum(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));
                 }
+                }
             }
 
             /// All rows: groups of four, then one at a time; into `out`, or (`EXACT`) `exact`.
             $(#[target_feature(enable = $feature)])?
             pub(super) unsafe fn rows<const T: u8, const EXACT: bool>(op: &Operands, out: &mut [f32], exact: &mut [f64]) {
+                // SAFETY: the caller keeps this function's contract: every pointer it reads lies within
+                // `op`'s rows and blocks (`operands` checks), and `sdot` runs only where `dot_rows`
+                // checked for it.
+                unsafe {
                 // Scale buffers, zeroed once per call rather than once per group.
                 let mut sc = [[0f32; CHUNK]; ROWS];
                 let n = if EXACT { exact.len() } else { out.len() };
@@ -267,6 +310,7 @@ macro_rules! kernels {
                         group::<T, 1, EXACT>(op, r, &mut sc, o, e);
                     }
                     r += k;
+                }
                 }
             }
         }

@@ -71,7 +71,7 @@ pub(super) fn dot_rows(op: &Operands, vnni: bool, out: &mut [f32], exact: &mut [
 /// Step 5 of the arithmetic on a register: `(u0 + u2) + (u1 + u3)` with `u = lo + hi`.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn hsum(t: __m256) -> f32 {
+fn hsum(t: __m256) -> f32 {
     let u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t));
     let v = _mm_add_ps(u, _mm_movehl_ps(u, u)); // (u0 + u2, u1 + u3, ..)
     _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps::<1>(v, v)))
@@ -80,7 +80,7 @@ unsafe fn hsum(t: __m256) -> f32 {
 /// The sum of four f64 lanes holding integers below 2^53: exact, so the order is free.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn hsum_pd(v: __m256d) -> f64 {
+fn hsum_pd(v: __m256d) -> f64 {
     let u = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd::<1>(v));
     _mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u)))
 }
@@ -89,7 +89,7 @@ unsafe fn hsum_pd(v: __m256d) -> f64 {
 /// to the four-lane f64 accumulator `acc`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn to_grid(t: __m256, acc: &mut __m256d) {
+fn to_grid(t: __m256, acc: &mut __m256d) {
     let scale = _mm256_set1_pd((1u64 << super::GRID_BITS) as f64);
     for v in [_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t)] {
         let g = _mm256_mul_pd(_mm256_cvtps_pd(v), scale);
@@ -100,7 +100,7 @@ unsafe fn to_grid(t: __m256, acc: &mut __m256d) {
 /// One f16 bit pattern as f32 (exact).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn h2f(bits: u16) -> f32 {
+fn h2f(bits: u16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
@@ -127,56 +127,62 @@ thread_local! {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scales<const T: u8>(op: &Operands, i: usize, c0: usize, n: usize, sc: &mut Scales) {
-    let row = i * op.nb + c0;
-    let (d, dx) = (op.d.as_ptr().add(row), op.ad.as_ptr().add(c0));
-    let m = op.m.as_ptr().wrapping_add(row); // dereferenced only for Q4_1
-                                             // Prefetches never fault, so addresses past the end are harmless (and not dereferenced).
-    _mm_prefetch::<_MM_HINT_T0>(d.cast::<i8>().wrapping_add(PREFETCH_SCALES));
-    if T == T_Q4_1 {
-        _mm_prefetch::<_MM_HINT_T0>(m.cast::<i8>().wrapping_add(PREFETCH_SCALES));
-    }
-    let mut j = 0;
-    while j + 8 <= n {
-        let v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(j) as *const __m128i)), _mm256_loadu_ps(dx.add(j)));
-        if T == T_Q8_0 {
-            _mm256_storeu_ps(sc.c.as_mut_ptr().add(j), v);
-        } else {
-            // Pair p of this group: [v[2p] x4 | v[2p+1] x4], and [m[2p], 0, 0, 0 | m[2p+1], ..].
-            let p0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-            let first = _mm256_castsi256_ps(_mm256_setr_epi32(-1, 0, 0, 0, -1, 0, 0, 0));
-            let mw = if T == T_Q4_1 {
-                _mm256_cvtph_ps(_mm_loadu_si128(m.add(j) as *const __m128i))
+    // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+    // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+    // blocks (`operands` checks).
+    unsafe {
+        let row = i * op.nb + c0;
+        let (d, dx) = (op.d.as_ptr().add(row), op.ad.as_ptr().add(c0));
+        let m = op.m.as_ptr().wrapping_add(row); // dereferenced only for Q4_1
+                                                 // Prefetches never fault, so addresses past the end are harmless (and not dereferenced).
+        _mm_prefetch::<_MM_HINT_T0>(d.cast::<i8>().wrapping_add(PREFETCH_SCALES));
+        if T == T_Q4_1 {
+            _mm_prefetch::<_MM_HINT_T0>(m.cast::<i8>().wrapping_add(PREFETCH_SCALES));
+        }
+        let mut j = 0;
+        while j + 8 <= n {
+            let v =
+                _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(j) as *const __m128i)), _mm256_loadu_ps(dx.add(j)));
+            if T == T_Q8_0 {
+                _mm256_storeu_ps(sc.c.as_mut_ptr().add(j), v);
             } else {
-                _mm256_setzero_ps()
-            };
-            for p in 0..4 {
-                let idx = _mm256_add_epi32(p0, _mm256_set1_epi32(2 * p as i32));
-                let at = (j / 2 + p) * 8;
-                _mm256_storeu_ps(sc.c.as_mut_ptr().add(at), _mm256_permutevar8x32_ps(v, idx));
-                if T == T_Q4_1 {
-                    let mp = _mm256_and_ps(_mm256_permutevar8x32_ps(mw, idx), first);
-                    _mm256_storeu_ps(sc.m.as_mut_ptr().add(at), mp);
+                // Pair p of this group: [v[2p] x4 | v[2p+1] x4], and [m[2p], 0, 0, 0 | m[2p+1], ..].
+                let p0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+                let first = _mm256_castsi256_ps(_mm256_setr_epi32(-1, 0, 0, 0, -1, 0, 0, 0));
+                let mw = if T == T_Q4_1 {
+                    _mm256_cvtph_ps(_mm_loadu_si128(m.add(j) as *const __m128i))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                for p in 0..4 {
+                    let idx = _mm256_add_epi32(p0, _mm256_set1_epi32(2 * p as i32));
+                    let at = (j / 2 + p) * 8;
+                    _mm256_storeu_ps(sc.c.as_mut_ptr().add(at), _mm256_permutevar8x32_ps(v, idx));
+                    if T == T_Q4_1 {
+                        let mp = _mm256_and_ps(_mm256_permutevar8x32_ps(mw, idx), first);
+                        _mm256_storeu_ps(sc.m.as_mut_ptr().add(at), mp);
+                    }
                 }
             }
+            j += 8;
         }
-        j += 8;
-    }
-    for b in j..n {
-        let c = h2f(*d.add(b)) * *dx.add(b);
-        if T == T_Q8_0 {
-            sc.c[b] = c;
-        } else {
-            // Lanes 0-3 of the pair's vector for an even block, 4-7 for an odd one; an odd
-            // last block leaves its pair's other half zero (see `accumulate`).
-            let base = (b / 2) * 8 + (b % 2) * 4;
-            sc.c[base..base + 4].fill(c);
-            sc.m[base..base + 4].fill(0.0);
-            if T == T_Q4_1 {
-                sc.m[base] = h2f(*m.add(b));
-            }
-            if b % 2 == 0 {
-                sc.c[base + 4..base + 8].fill(0.0);
-                sc.m[base + 4..base + 8].fill(0.0);
+        for b in j..n {
+            let c = h2f(*d.add(b)) * *dx.add(b);
+            if T == T_Q8_0 {
+                sc.c[b] = c;
+            } else {
+                // Lanes 0-3 of the pair's vector for an even block, 4-7 for an odd one; an odd
+                // last block leaves its pair's other half zero (see `accumulate`).
+                let base = (b / 2) * 8 + (b % 2) * 4;
+                sc.c[base..base + 4].fill(c);
+                sc.m[base..base + 4].fill(0.0);
+                if T == T_Q4_1 {
+                    sc.m[base] = h2f(*m.add(b));
+                }
+                if b % 2 == 0 {
+                    sc.c[base + 4..base + 8].fill(0.0);
+                    sc.m[base + 4..base + 8].fill(0.0);
+                }
             }
         }
     }
@@ -187,9 +193,14 @@ unsafe fn scales<const T: u8>(op: &Operands, i: usize, c0: usize, n: usize, sc: 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn pair_sums(op: &Operands, c0: usize, n: usize, out: &mut [f32; 4 * CHUNK]) {
-    out[..n.next_multiple_of(2) * 4].fill(0.0);
-    for b in 0..n {
-        out[(b / 2) * 8 + (b % 2) * 4] = *op.as_.get_unchecked(c0 + b);
+    // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+    // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+    // blocks (`operands` checks).
+    unsafe {
+        out[..n.next_multiple_of(2) * 4].fill(0.0);
+        for b in 0..n {
+            out[(b / 2) * 8 + (b % 2) * 4] = *op.as_.get_unchecked(c0 + b);
+        }
     }
 }
 
@@ -214,14 +225,14 @@ macro_rules! kernels {
 
             #[inline]
             #[target_feature(enable = $features)]
-            unsafe fn dot($acc: __m256i, $u: __m256i, $s: __m256i) -> __m256i {
+            fn dot($acc: __m256i, $u: __m256i, $s: __m256i) -> __m256i {
                 $dot
             }
 
             /// Lanes of signed weight bytes `w` with activations `a` (the sign trick).
             #[inline]
             #[target_feature(enable = $features)]
-            unsafe fn dot_signed(w: __m256i, a: __m256i) -> __m256i {
+            fn dot_signed(w: __m256i, a: __m256i) -> __m256i {
                 dot(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
             }
 
@@ -229,7 +240,7 @@ macro_rules! kernels {
             /// activation bytes `a`.
             #[inline]
             #[target_feature(enable = $features)]
-            unsafe fn dot_nib<const T: u8>(nib: __m256i, a: __m256i) -> __m256i {
+            fn dot_nib<const T: u8>(nib: __m256i, a: __m256i) -> __m256i {
                 if T == T_Q4_1 {
                     dot(_mm256_setzero_si256(), nib, a)
                 } else {
@@ -251,73 +262,78 @@ macro_rules! kernels {
                 x: &mut [__m256; R],
                 y: &mut [__m256; R],
             ) {
-                let qb = if T == T_Q8_0 { 32 } else { 16 };
-                let row_q = op.nb * qb;
-                let qs = op.qs.as_ptr().add(r0 * row_q);
-                let aq = op.aq.as_ptr();
-                let mut j = 0;
-                while j < n {
-                    let b = c0 + j;
-                    let pair = j + 1 < n;
-                    if T == T_Q8_0 {
-                        let a0 = _mm256_loadu_si256(aq.add(b * 32) as *const __m256i);
-                        for i in 0..R {
-                            let p = qs.add(i * row_q + b * 32);
-                            _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH));
-                            let l = _mm256_cvtepi32_ps(dot_signed(_mm256_loadu_si256(p as *const __m256i), a0));
-                            x[i] = _mm256_fmadd_ps(_mm256_set1_ps(sc[i].c[off + j]), l, x[i]);
-                        }
-                        if pair {
-                            let a1 = _mm256_loadu_si256(aq.add(b * 32 + 32) as *const __m256i);
+                // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+                // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+                // blocks (`operands` checks).
+                unsafe {
+                    let qb = if T == T_Q8_0 { 32 } else { 16 };
+                    let row_q = op.nb * qb;
+                    let qs = op.qs.as_ptr().add(r0 * row_q);
+                    let aq = op.aq.as_ptr();
+                    let mut j = 0;
+                    while j < n {
+                        let b = c0 + j;
+                        let pair = j + 1 < n;
+                        if T == T_Q8_0 {
+                            let a0 = _mm256_loadu_si256(aq.add(b * 32) as *const __m256i);
                             for i in 0..R {
-                                let p = qs.add(i * row_q + b * 32 + 32);
-                                let l = _mm256_cvtepi32_ps(dot_signed(_mm256_loadu_si256(p as *const __m256i), a1));
-                                y[i] = _mm256_fmadd_ps(_mm256_set1_ps(sc[i].c[off + j + 1]), l, y[i]);
+                                let p = qs.add(i * row_q + b * 32);
+                                _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH));
+                                let l = _mm256_cvtepi32_ps(dot_signed(_mm256_loadu_si256(p as *const __m256i), a0));
+                                x[i] = _mm256_fmadd_ps(_mm256_set1_ps(sc[i].c[off + j]), l, x[i]);
                             }
-                        }
-                    } else {
-                        // An odd last block pairs with a zero block: zero quants and a zero
-                        // scale half, whose fused multiply-adds `fma(0, 0, acc)` leave the odd
-                        // accumulators unchanged (a lane is never -0: it starts at +0, and a
-                        // nonzero scale times a nonzero integer cannot round to zero).
-                        let a0 = _mm256_loadu_si256(aq.add(b * 32) as *const __m256i);
-                        let a1 = if pair {
-                            _mm256_loadu_si256(aq.add(b * 32 + 32) as *const __m256i)
+                            if pair {
+                                let a1 = _mm256_loadu_si256(aq.add(b * 32 + 32) as *const __m256i);
+                                for i in 0..R {
+                                    let p = qs.add(i * row_q + b * 32 + 32);
+                                    let l = _mm256_cvtepi32_ps(dot_signed(_mm256_loadu_si256(p as *const __m256i), a1));
+                                    y[i] = _mm256_fmadd_ps(_mm256_set1_ps(sc[i].c[off + j + 1]), l, y[i]);
+                                }
+                            }
                         } else {
-                            _mm256_setzero_si256()
-                        };
-                        let alo = _mm256_permute2x128_si256::<0x20>(a0, a1);
-                        let ahi = _mm256_permute2x128_si256::<0x31>(a0, a1);
-                        let low = _mm256_set1_epi8(0x0F);
-                        let s1 = _mm256_loadu_ps(sp.as_ptr().add((off + j) * 4));
-                        for i in 0..R {
-                            let p = qs.add(i * row_q + b * 16);
-                            _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH));
-                            let v = if pair {
-                                _mm256_loadu_si256(p as *const __m256i)
+                            // An odd last block pairs with a zero block: zero quants and a zero
+                            // scale half, whose fused multiply-adds `fma(0, 0, acc)` leave the odd
+                            // accumulators unchanged (a lane is never -0: it starts at +0, and a
+                            // nonzero scale times a nonzero integer cannot round to zero).
+                            let a0 = _mm256_loadu_si256(aq.add(b * 32) as *const __m256i);
+                            let a1 = if pair {
+                                _mm256_loadu_si256(aq.add(b * 32 + 32) as *const __m256i)
                             } else {
-                                _mm256_zextsi128_si256(_mm_loadu_si128(p as *const __m128i))
+                                _mm256_setzero_si256()
                             };
-                            let lo = _mm256_and_si256(v, low);
-                            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-                            let s = _mm256_loadu_ps(sc[i].c.as_ptr().add((off + j) * 4));
-                            x[i] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot_nib::<T>(lo, alo)), x[i]);
-                            y[i] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot_nib::<T>(hi, ahi)), y[i]);
-                            if T == T_Q4_1 {
-                                // Step 4: lane 0 of each block (X = [A0.. | B0..]) takes m * s.
-                                let m = _mm256_loadu_ps(sc[i].m.as_ptr().add((off + j) * 4));
-                                x[i] = _mm256_fmadd_ps(m, s1, x[i]);
+                            let alo = _mm256_permute2x128_si256::<0x20>(a0, a1);
+                            let ahi = _mm256_permute2x128_si256::<0x31>(a0, a1);
+                            let low = _mm256_set1_epi8(0x0F);
+                            let s1 = _mm256_loadu_ps(sp.as_ptr().add((off + j) * 4));
+                            for i in 0..R {
+                                let p = qs.add(i * row_q + b * 16);
+                                _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH));
+                                let v = if pair {
+                                    _mm256_loadu_si256(p as *const __m256i)
+                                } else {
+                                    _mm256_zextsi128_si256(_mm_loadu_si128(p as *const __m128i))
+                                };
+                                let lo = _mm256_and_si256(v, low);
+                                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                                let s = _mm256_loadu_ps(sc[i].c.as_ptr().add((off + j) * 4));
+                                x[i] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot_nib::<T>(lo, alo)), x[i]);
+                                y[i] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot_nib::<T>(hi, ahi)), y[i]);
+                                if T == T_Q4_1 {
+                                    // Step 4: lane 0 of each block (X = [A0.. | B0..]) takes m * s.
+                                    let m = _mm256_loadu_ps(sc[i].m.as_ptr().add((off + j) * 4));
+                                    x[i] = _mm256_fmadd_ps(m, s1, x[i]);
+                                }
                             }
                         }
+                        j += 2;
                     }
-                    j += 2;
                 }
             }
 
             /// `t = A + B` from the accumulators' layout.
             #[inline]
             #[target_feature(enable = $features)]
-            unsafe fn lanes<const T: u8>(x: __m256, y: __m256) -> __m256 {
+            fn lanes<const T: u8>(x: __m256, y: __m256) -> __m256 {
                 if T == T_Q8_0 {
                     _mm256_add_ps(x, y)
                 } else {
@@ -336,42 +352,47 @@ macro_rules! kernels {
                 out: &mut [f32],
                 exact: &mut [f64],
             ) {
-                let (mut x, mut y) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
-                let mut ex = [_mm256_setzero_pd(); R];
-                let mut sp = [0f32; 4 * CHUNK];
-                let unit = if EXACT { op.unit } else { op.nb };
-                let span = span_for(unit);
-                let mut c0 = 0;
-                while c0 < op.nb {
-                    // Chunks restart at every span (whole units), so block parity counts from a
-                    // unit's first block even when a unit takes several chunks.
-                    let n = CHUNK.min(op.nb - c0).min(span - c0 % span);
-                    for i in 0..R {
-                        scales::<T>(op, r0 + i, c0, n, &mut sc[i]);
-                    }
-                    if T == T_Q4_1 {
-                        pair_sums(op, c0, n, &mut sp);
-                    }
-                    // The units (or the part of one) in this chunk.
-                    let mut u = c0;
-                    while u < c0 + n {
-                        let ue = (u - u % unit + unit).min(op.nb).min(c0 + n);
-                        accumulate::<T, R>(op, r0, (u, ue - u, u - c0), (sc, &sp), &mut x, &mut y);
-                        if EXACT && (ue == op.nb || ue % unit == 0) {
-                            for i in 0..R {
-                                to_grid(lanes::<T>(x[i], y[i]), &mut ex[i]);
-                                (x[i], y[i]) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                            }
+                // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+                // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+                // blocks (`operands` checks).
+                unsafe {
+                    let (mut x, mut y) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+                    let mut ex = [_mm256_setzero_pd(); R];
+                    let mut sp = [0f32; 4 * CHUNK];
+                    let unit = if EXACT { op.unit } else { op.nb };
+                    let span = span_for(unit);
+                    let mut c0 = 0;
+                    while c0 < op.nb {
+                        // Chunks restart at every span (whole units), so block parity counts from a
+                        // unit's first block even when a unit takes several chunks.
+                        let n = CHUNK.min(op.nb - c0).min(span - c0 % span);
+                        for i in 0..R {
+                            scales::<T>(op, r0 + i, c0, n, &mut sc[i]);
                         }
-                        u = ue;
+                        if T == T_Q4_1 {
+                            pair_sums(op, c0, n, &mut sp);
+                        }
+                        // The units (or the part of one) in this chunk.
+                        let mut u = c0;
+                        while u < c0 + n {
+                            let ue = (u - u % unit + unit).min(op.nb).min(c0 + n);
+                            accumulate::<T, R>(op, r0, (u, ue - u, u - c0), (sc, &sp), &mut x, &mut y);
+                            if EXACT && (ue == op.nb || ue % unit == 0) {
+                                for i in 0..R {
+                                    to_grid(lanes::<T>(x[i], y[i]), &mut ex[i]);
+                                    (x[i], y[i]) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                                }
+                            }
+                            u = ue;
+                        }
+                        c0 += n;
                     }
-                    c0 += n;
-                }
-                for i in 0..R {
-                    if EXACT {
-                        exact[i] = hsum_pd(ex[i]);
-                    } else {
-                        out[i] = hsum(lanes::<T>(x[i], y[i]));
+                    for i in 0..R {
+                        if EXACT {
+                            exact[i] = hsum_pd(ex[i]);
+                        } else {
+                            out[i] = hsum(lanes::<T>(x[i], y[i]));
+                        }
                     }
                 }
             }
@@ -382,11 +403,16 @@ macro_rules! kernels {
                 out: &mut [f32],
                 exact: &mut [f64],
             ) {
-                SCALES.with(|cell| match cell.try_borrow_mut() {
-                    Ok(mut sc) => rows_in::<T, EXACT>(op, out, exact, &mut sc),
-                    // Not reached (no kernel calls another), but never worth a panic.
-                    Err(_) => rows_in::<T, EXACT>(op, out, exact, &mut [NO_SCALES; ROWS]),
-                })
+                // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+                // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+                // blocks (`operands` checks).
+                unsafe {
+                    SCALES.with(|cell| match cell.try_borrow_mut() {
+                        Ok(mut sc) => rows_in::<T, EXACT>(op, out, exact, &mut sc),
+                        // Not reached (no kernel calls another), but never worth a panic.
+                        Err(_) => rows_in::<T, EXACT>(op, out, exact, &mut [NO_SCALES; ROWS]),
+                    })
+                }
             }
 
             #[target_feature(enable = $features)]
@@ -396,18 +422,23 @@ macro_rules! kernels {
                 exact: &mut [f64],
                 sc: &mut [Scales; ROWS],
             ) {
-                let n = if EXACT { exact.len() } else { out.len() };
-                let mut r = 0;
-                while r < n {
-                    let k = if r + ROWS <= n { ROWS } else { 1 };
-                    let (o, e) =
-                        if EXACT { (&mut [][..], &mut exact[r..r + k]) } else { (&mut out[r..r + k], &mut [][..]) };
-                    if k == ROWS {
-                        group::<T, ROWS, EXACT>(op, r, sc, o, e);
-                    } else {
-                        group::<T, 1, EXACT>(op, r, sc, o, e);
+                // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+                // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+                // blocks (`operands` checks).
+                unsafe {
+                    let n = if EXACT { exact.len() } else { out.len() };
+                    let mut r = 0;
+                    while r < n {
+                        let k = if r + ROWS <= n { ROWS } else { 1 };
+                        let (o, e) =
+                            if EXACT { (&mut [][..], &mut exact[r..r + k]) } else { (&mut out[r..r + k], &mut [][..]) };
+                        if k == ROWS {
+                            group::<T, ROWS, EXACT>(op, r, sc, o, e);
+                        } else {
+                            group::<T, 1, EXACT>(op, r, sc, o, e);
+                        }
+                        r += k;
                     }
-                    r += k;
                 }
             }
         }
