@@ -1,5 +1,6 @@
 //! GPU backend (`--features gpu`): WGSL kernels translate to Metal Shading Language, and the
-//! wgpu backend matches the CPU backend. Skips visibly when no GPU adapter exists.
+//! wgpu backend matches the CPU backend. Skips visibly when no GPU adapter exists (fails under
+//! CI, which installs lavapipe).
 #![cfg(feature = "gpu")]
 
 mod common;
@@ -26,7 +27,7 @@ fn gpu() -> Option<Arc<GpuContext>> {
             Some(g)
         }
         None => {
-            eprintln!("SKIPPED: no GPU adapter (install mesa-vulkan-drivers for lavapipe)");
+            common::skip("no GPU adapter (install mesa-vulkan-drivers for lavapipe)");
             None
         }
     }
