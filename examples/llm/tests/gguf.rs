@@ -68,19 +68,23 @@ fn quantised_gguf_matches_dense_safetensors_at_tp_1_2_3() {
     let _ = std::fs::remove_dir_all(st);
 }
 
-/// The default arithmetic (weights in their blocks, inputs quantised to Q8), on two fixtures:
+/// The default arithmetic (weights in their blocks, inputs quantised to Q8), on three fixtures:
 /// - head_dim 32, a 1536-wide MLP: every product takes Q8 inputs and both row-parallel layers
-///   use the exact sums (one KV head's query group, 128-feature MLP units), so TP = 2, 3, 4
-///   (TP = 3 has a rank without heads) give TP = 1's logits bit for bit;
-/// - head_dim 8, a 96-wide MLP: o_proj's units would be one block (odd) and the MLP is not a
-///   multiple of 128, so those layers keep f32 inputs / f32 all_sums: same tokens, logits
-///   within 1e-4 (TP <= 3: three 32-feature blocks).
+///   use the exact sums (o_proj in units of two query heads, 128-feature MLP units), so
+///   TP = 2, 3, 4 (TP = 3 has a rank without heads) give TP = 1's logits bit for bit;
+/// - head_dim 64, 6 query heads on 3 KV heads: o_proj's unit is one query head, and TP = 2
+///   (3 + 3) and TP = 4 (2 + 2 + 1 + 1) cut KV groups between ranks, which then both compute
+///   the shared KV head: still TP = 1's bits;
+/// - head_dim 8, a 96-wide MLP: o_proj's unit would be 8 query heads, which 12 heads do not
+///   divide into, and the MLP is not a multiple of 128, so those layers keep f32 inputs / f32
+///   all_sums: same tokens, logits within 1e-4 (TP <= 3: three 32-feature blocks).
 ///
 /// Both stay near the f32 model.
 #[test]
 fn q8_arithmetic_same_tokens_at_every_tp() {
     let wide = Spec { hidden: 128, ffn: 1536, heads: 4, kv_heads: 2, head_dim: 32, seed: 12, ..spec() };
-    for (s, tps, exact) in [(wide, &[2, 3, 4][..], true), (spec(), &[2, 3][..], false)] {
+    let cut = Spec { hidden: 384, ffn: 1536, heads: 6, kv_heads: 3, head_dim: 64, seed: 14, ..spec() };
+    for (s, tps, exact) in [(wide, &[2, 3, 4][..], true), (cut, &[2, 4][..], true), (spec(), &[2, 3][..], false)] {
         let (gguf, st) = build_with(&s);
         let g = loader::open(&gguf).unwrap().weights;
         let d = loader::open(&st).unwrap().weights;

@@ -1,6 +1,6 @@
 //! End-to-end on the real SmolLM2-135M-Instruct Q4_1 GGUF (9 heads, 3 KV heads): coherent
-//! greedy answer at TP=1 and the same 24 tokens at TP=2 (uneven 2+1 KV heads), TP=3 and TP=4
-//! (one rank without attention heads), with f32 arithmetic and with the default Q8 inputs.
+//! greedy answer at TP=1 and the same 24 tokens at TP=2 (5 + 4 query heads, KV head 1 on both
+//! ranks), TP=3 and TP=4 (3 + 2 + 2 + 2), with f32 arithmetic and with the default Q8 inputs.
 //! Skips with a message when the file is unavailable.
 
 mod common;

@@ -25,6 +25,11 @@ pub struct LayerSpec<'a> {
     pub n_q: usize,
     /// Local KV heads.
     pub n_kv: usize,
+    /// Query heads per KV head (the model's, not the shard's).
+    pub group: usize,
+    /// Local query head `q` reads local KV head `(q + q_skew) / group` (see
+    /// [`crate::shard::ShardPlan::q_skew`]).
+    pub q_skew: usize,
     /// Longest sequence the GPU KV cache holds.
     pub max_seq: usize,
     /// RMSNorm epsilon.
@@ -93,6 +98,7 @@ pub struct GpuLayer {
     max_seq: usize,
     eps: f32,
     group: usize,
+    q_skew: usize,
     x: wgpu::Buffer,
     xn: wgpu::Buffer,
     bg_norm_attn: wgpu::BindGroup,
@@ -294,7 +300,8 @@ impl GpuLayer {
             n_kv: s.n_kv,
             max_seq: s.max_seq,
             eps: s.eps,
-            group: s.n_q.checked_div(s.n_kv).unwrap_or(1),
+            group: s.group,
+            q_skew: s.q_skew,
             x,
             xn,
             bg_norm_attn,
@@ -337,6 +344,8 @@ impl GpuLayer {
                 n: hd as u32,
                 heads: self.max_seq as u32,
                 pos: pos as u32 + 1,
+                // The attention kernel does not read flags: it carries the query-head skew.
+                flags: self.q_skew as u32,
                 scale,
                 group: self.group as u32,
                 n_kv: self.n_kv as u32,

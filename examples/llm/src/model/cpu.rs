@@ -133,7 +133,7 @@ impl Model {
         let (n_q, n_kv) = (self.plan.q_heads.len(), self.plan.kv_heads.len());
         partial(&mut s.part, &mut s.part64, l.o_exact, t * h);
         if n_q == 0 {
-            // No heads here (more ranks than KV heads): contribute zeros to the sum.
+            // No heads here (more ranks than query heads): contribute zeros to the sum.
             s.part.fill(0.0);
             s.part64.fill(0.0);
             return Ok(());
@@ -171,14 +171,16 @@ impl Model {
         kc.extend_from_slice(k);
         vc.extend_from_slice(v);
         let (kc, vc, q) = (&*kc, &*vc, &*q);
-        let group = cfg.group_size();
+        // Local query head qh reads local KV head (qh + skew) / group: a rank's share may start
+        // inside a KV head's query group (see `ShardPlan`).
+        let (group, skew) = (cfg.group_size(), self.plan.q_skew(cfg));
         let scale = 1.0 / (hd as f32).sqrt();
         let stride = pos0 + t; // longest sequence a token of this pass attends to
         let scores = sized(&mut s.scores, t * n_q * stride);
         let att = sized(&mut s.att, t * nqd);
         par::for_each_chunk2(att, hd, scores, stride, |i, out, sc| {
             let (tok, qh) = (i / n_q, i % n_q);
-            let kvh = qh / group; // local KV head serving local query head qh
+            let kvh = (qh + skew) / group; // local KV head serving local query head qh
             let sc = &mut sc[..pos0 + tok + 1]; // causal: up to and including this token
             let qv = &q[i * hd..(i + 1) * hd];
             for (p, o) in sc.iter_mut().enumerate() {

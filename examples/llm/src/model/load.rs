@@ -8,7 +8,7 @@ use super::{Layer, Model};
 use crate::loader::{names, WeightSource};
 use crate::ops::{rope_inv_freq, Mat};
 use crate::quant::QK;
-use crate::shard::ShardPlan;
+use crate::shard::{exact_head_unit, ShardPlan};
 
 /// How block-quantised GGUF weights (Q8_0, Q4_0, Q4_1) are held and multiplied on the CPU.
 /// Float checkpoints (safetensors, F16/F32 GGUF tensors) are f32 in every mode.
@@ -141,12 +141,13 @@ impl Model {
         };
         let q_rows = plan.q_heads.start * hd..plan.q_heads.end * hd;
         let kv_rows = plan.kv_heads.start * hd..plan.kv_heads.end * hd;
-        // Step-6 units of the row-parallel layers (features), when Q8 inputs can use them: one
-        // KV head's query group for o_proj (tensor parallelism splits by KV heads), and
-        // `DOWN_UNIT` MLP features for down_proj when every rank's share is made of them.
+        // Step-6 units of the row-parallel layers (features), when Q8 inputs can use them: the
+        // query heads of `exact_head_unit` for o_proj (the plan splits query heads in those
+        // units at every TP), and `DOWN_UNIT` MLP features for down_proj when every rank's
+        // share is made of them.
         let q8 = opts.weights == WeightMode::Q8;
-        let o_unit = cfg.group_size() * hd;
-        let o_exact = q8 && o_unit.is_multiple_of(2 * QK);
+        let o_unit = exact_head_unit(&cfg).map(|heads| heads * hd);
+        let o_exact = q8 && o_unit.is_some();
         let down_exact = q8 && plan.ffn_in_units_of(&cfg, DOWN_UNIT);
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
@@ -163,7 +164,7 @@ impl Model {
                 bv: optional_slice(src, &n("self_attn.v_proj.bias"), kv_rows.clone())?,
                 q_norm: optional_slice(src, &n("self_attn.q_norm.weight"), 0..hd)?,
                 k_norm: optional_slice(src, &n("self_attn.k_norm.weight"), 0..hd)?,
-                wo: cols(src, &n("self_attn.o_proj.weight"), q_rows.clone(), h, o_exact.then_some(o_unit), opts)?,
+                wo: cols(src, &n("self_attn.o_proj.weight"), q_rows.clone(), h, o_unit.filter(|_| o_exact), opts)?,
                 ffn_norm: vector(src, &n("post_attention_layernorm.weight"), h)?,
                 w_gate: rows(src, &n("mlp.gate_proj.weight"), plan.ffn.clone(), h, opts)?,
                 w_up: rows(src, &n("mlp.up_proj.weight"), plan.ffn.clone(), h, opts)?,

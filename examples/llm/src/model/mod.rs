@@ -126,6 +126,8 @@ impl Model {
                     head_dim: cfg.head_dim,
                     n_q: self.plan.q_heads.len(),
                     n_kv: self.plan.kv_heads.len(),
+                    group: cfg.group_size(),
+                    q_skew: self.plan.q_skew(cfg),
                     // The GPU cache is allocated up front; cap it so small GPUs cope.
                     max_seq: cfg.max_seq_len.min(4096),
                     eps: cfg.rms_eps,

@@ -34,7 +34,8 @@
 //! those layers use [`dot_rows_exact`]:
 //!
 //! 6. The columns are cut in units (an even number of blocks) that no tensor-parallel split
-//!    divides: one KV head's query group for o_proj, 128 MLP features for down_proj. Each unit
+//!    divides: the fewest query heads making an even number of blocks for o_proj (one head of
+//!    64 for SmolLM2; [`crate::shard::exact_head_unit`]), 128 MLP features for down_proj. Each unit
 //!    runs steps 1-4 on its own blocks only (parity counted from the unit's first block); then
 //!    every lane of `t = A + B` is rounded, ties to even, to a multiple of 2^-[`GRID_BITS`]
 //!    (scaled to an integer-valued
