@@ -9,7 +9,9 @@ step() { echo "== [$(( $(date +%s) - start )) s] $*"; }
 # System packages: rdma-core's verbs.h for the ABI layout test, iproute2 (ip, tc) and nftables
 # for the namespace, partition and slow-link tests.
 # mesa-vulkan-drivers: lavapipe, a CPU Vulkan driver, for the inference example's GPU tests.
-bash scripts/deps.sh libibverbs-dev iproute2 nftables pkg-config mesa-vulkan-drivers
+# qemu-user and an aarch64 cross linker: the example's NEON kernels run in user-mode emulation.
+bash scripts/deps.sh libibverbs-dev iproute2 nftables pkg-config mesa-vulkan-drivers \
+  qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
 step "format and lints"
 cargo fmt --all -- --check
@@ -36,6 +38,22 @@ step "large counts (2^31 + 4099 int8 elements a rank; 64-byte chunks past 4096 s
 cargo test --release -p boltccl --test large_counts -- --include-ignored
 step "inference example on the GPU backend (Vulkan; lavapipe on machines without a GPU)"
 cargo test -p boltccl-llm --features gpu --test gpu
+
+step "inference example's aarch64 (NEON) kernels: under qemu when it and a cross linker are installed, else built for aarch64-apple-darwin"
+if command -v qemu-aarch64 >/dev/null && command -v aarch64-linux-gnu-gcc >/dev/null \
+    && rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1; then
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+  CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+    cargo test -p boltccl-llm --target aarch64-unknown-linux-gnu --lib --test quant_dot
+elif [ -n "${CI:-}" ]; then
+  echo "CI is set, so the NEON kernels must run under qemu, but qemu-aarch64, aarch64-linux-gnu-gcc" \
+    "or the aarch64-unknown-linux-gnu Rust target is missing" >&2
+  exit 1
+elif rustup target add aarch64-apple-darwin >/dev/null 2>&1; then
+  cargo build -p boltccl-llm --target aarch64-apple-darwin --lib
+else
+  echo "WARNING: no aarch64 Rust target could be installed; the NEON kernels were not compiled"
+fi
 
 step "C and Python bindings"
 CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" bash scripts/test-bindings.sh

@@ -1,47 +1,42 @@
 #!/usr/bin/env bash
-# Decode speed of the inference example (SmolLM2-135M-Instruct Q4_1, CPU backend, greedy) at
-# TP = 1, 2, 3 (separate processes over TCP through `boltccl launch`), side by side with
-# llama.cpp (llama-cpp-python) on the same GGUF file when LLAMA_PY points to a Python that
-# has it. Prints one table of medians over ROUNDS runs (each column's median on its own).
-#   scripts/bench.sh llm                      # TOKENS (128), PROMPT, ROUNDS (5), LLAMA_PY
+# What tensor parallelism buys the inference example (SmolLM2-135M-Instruct Q4_1 GGUF, CPU
+# backend, greedy), next to llama.cpp (llama-cpp-python) on the same file and the same cores.
+# Each rank of a TP=2 run is a process pinned to a core of its own, so the two ranks stand in for
+# two machines (joined here by TCP on localhost). Rows, run ROUNDS times interleaved (medians):
+#   TP=1 on cores 0-1 (2 threads)    llama.cpp on cores 0-1 (2 threads)
+#   TP=1 on core 0 (1 thread)        llama.cpp on core 0 (1 thread)
+#   TP=2, rank r on core r (1 thread each), processes over TCP
+#   TP=2, the same as two threads of one process (boltccl's in-memory transport)
+#   TP=3, three processes on the two cores (a correctness row: more ranks than cores)
+# plus the all_sum share of rank 0's decode time, rank 0's resident size, and whether each run
+# printed TP=1's text. Needs 2 cores (CORE0, CORE1), `taskset`, and LLAMA_PY pointing to a
+# Python with llama-cpp-python for the llama.cpp rows.
+#   LLAMA_PY=target/llama-venv/bin/python ROUNDS=5 scripts/bench.sh llm
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 TOKENS="${TOKENS:-128}"
 PROMPT="${PROMPT:-Explain in a few sentences why the sky is blue.}"
-CORES="$(nproc)"
+ROUNDS="${ROUNDS:-5}"
+C0="${CORE0:-0}"
+C1="${CORE1:-1}"
 bash examples/llm/fetch-model.sh >/dev/null
 M="$ROOT/target/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 cargo build -q --release -p boltccl-cli -p boltccl-llm
 B="$ROOT/target/release"
-ROUNDS="${ROUNDS:-5}"
-# Median of the numbers on stdin.
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "?"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-rows=()
-for tp in 1 2 3; do
-  threads=$(( CORES / tp )); [ "$threads" -ge 1 ] || threads=1
-  dec=(); share=(); comm=(); wait=()
-  for _ in $(seq "$ROUNDS"); do
-    log="$(mktemp)"
-    RAYON_NUM_THREADS=$threads "$B/boltccl" launch -n "$tp" -- "$B/boltccl-llm" --model "$M" \
-      --prompt "$PROMPT" --max-tokens "$TOKENS" >"$log.out" 2>"$log"
-    dec+=("$(grep -o 'decode: .*= [0-9.]* tok/s' "$log" | grep -o '[0-9.]* tok/s' | grep -o '[0-9.]*' | head -1)")
-    share+=("$(grep -o '= [0-9.]*% of decode time' "$log" | grep -o '[0-9.]*' | head -1)")
-    comm+=("$(grep -o '[0-9.]*% communicating' "$log" | grep -o '[0-9.]*' | head -1)")
-    wait+=("$(grep -o '[0-9.]*% waiting' "$log" | grep -o '[0-9.]*' | head -1)")
-    rm -f "$log" "$log.out"
-  done
-  m() { printf '%s\n' "$@" | median; }
-  rows+=("| boltccl-llm TP=$tp ($tp process(es), $threads thread(s) each) | $(m "${dec[@]}") tok/s | $(m "${share[@]}")% | $(m "${comm[@]}")% | $(m "${wait[@]}")% |")
-done
-if [ -n "${LLAMA_PY:-}" ] && "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then
-  dec=$("$LLAMA_PY" - "$M" "$PROMPT" "$TOKENS" "$CORES" <<'PY'
+LLM=("$B/boltccl-llm" --model "$M" --prompt "$PROMPT" --max-tokens "$TOKENS")
+have_llama=0
+if [ -n "${LLAMA_PY:-}" ] && "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then have_llama=1; fi
+
+# llama.cpp through llama-cpp-python: decode rate from the first streamed token to the last
+# (the example's rate counts the same way), and the Python process's resident size.
+llama() { # cores threads
+  taskset -c "$1" "$LLAMA_PY" - "$M" "$PROMPT" "$TOKENS" "$2" <<'PY'
 import sys, time
 from llama_cpp import Llama
 model, prompt, n, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-llm = Llama(model_path=model, n_ctx=512, n_threads=threads, verbose=False)
-msgs = [{"role": "user", "content": prompt}]
-stream = llm.create_chat_completion(msgs, max_tokens=n, temperature=0.0, stream=True)
+llm = Llama(model_path=model, n_ctx=512, n_threads=threads, n_threads_batch=threads, verbose=False)
+stream = llm.create_chat_completion([{"role": "user", "content": prompt}], max_tokens=n, temperature=0.0, stream=True)
 t_first, count = None, 0
 for chunk in stream:
     if chunk["choices"][0]["delta"].get("content"):
@@ -49,13 +44,88 @@ for chunk in stream:
         if t_first is None:
             t_first = time.perf_counter()
 t_end = time.perf_counter()
-print(f"{(count - 1) / (t_end - t_first):.2f} tok/s")
+rss = [l.split()[1] for l in open("/proc/self/status") if l.startswith("VmRSS:")][0]
+print(f"decode: {(count - 1) / (t_end - t_first):.2f} tok/s")
+print(f"memory: process resident {int(rss) / 1024:.1f} MiB")
 PY
-)
-  rows+=("| llama.cpp (llama-cpp-python, $CORES threads) | $dec | — | — | — |")
+}
+
+# One run of configuration $1; appends "tok/s share comm wait rss md5" to $RES/$1.
+run() {
+  local log out
+  log="$(mktemp)"
+  out="$(mktemp)"
+  case "$1" in
+    tp1x2) taskset -c "$C0,$C1" "${LLM[@]}" --threads 2 >"$out" 2>"$log" ;;
+    tp1x1) taskset -c "$C0" "${LLM[@]}" --threads 1 >"$out" 2>"$log" ;;
+    # Rank r on core r: each process pins itself before it starts. A pinned process sees one
+    # core, so boltccl would take the two ranks for sharing it and sleep at once in all_sum;
+    # BOLTCCL_SPIN_US keeps a waiting rank polling (yielding) for up to 1 ms, as it does when
+    # it knows it has a core to itself.
+    tp2) BOLTCCL_SPIN_US=1000 "$B/boltccl" launch -n 2 -- \
+      bash -c 'c=('"$C0 $C1"'); exec taskset -c "${c[$BOLTCCL_RANK]}" "$@"' _ \
+      "${LLM[@]}" --threads 1 >"$out" 2>"$log" ;;
+    tp2mem) taskset -c "$C0,$C1" "${LLM[@]}" --local-ranks 2 --threads 1 >"$out" 2>"$log" ;;
+    tp3) "$B/boltccl" launch -n 3 -- "${LLM[@]}" --threads 1 >"$out" 2>"$log" ;;
+    llama2) llama "$C0,$C1" 2 >"$log" 2>&1 ;;
+    llama1) llama "$C0" 1 >"$log" 2>&1 ;;
+  esac
+  num() { grep -o "$1" "$log" | grep -o '[0-9.]*' | head -1 || true; }
+  local dec share comm wait rss sum
+  dec="$(grep -o 'decode: .*[0-9.]* tok/s' "$log" | grep -o '[0-9.]* tok/s' | grep -o '[0-9.]*' | head -1 || true)"
+  share="$(num '= [0-9.]*% of decode time')"
+  comm="$(num '[0-9.]*% communicating')"
+  wait="$(num '[0-9.]*% waiting')"
+  rss="$(num 'resident [0-9.]* MiB')"
+  sum="-"
+  # `boltccl launch` tags each line of a rank's output with "[rank] ".
+  case "$1" in llama*) ;; *) sum="$(sed 's/^\[[0-9]*\] //' "$out" | md5sum | cut -c1-8)" ;; esac
+  echo "${dec:-?} ${share:--} ${comm:--} ${wait:--} ${rss:--} $sum" >>"$RES/$1"
+  rm -f "$log" "$out"
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "?"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+col() { awk -v c="$2" '{ print $c }' "$RES/$1" | grep -v '^[-?]$' | median; }
+
+RES="$(mktemp -d)"
+trap 'rm -rf "$RES"' EXIT
+configs=(tp1x2 tp1x1 tp2 tp2mem tp3)
+[ "$have_llama" = 1 ] && configs+=(llama2 llama1)
+echo "$(date -u +%Y-%m-%d) $(uname -m), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), cores $C0,$C1;" \
+  "GGUF $(( $(stat -c %s "$M") / 1048576 )) MiB; $TOKENS tokens, $ROUNDS interleaved rounds; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for _ in $(seq "$ROUNDS"); do
+  for c in "${configs[@]}"; do run "$c"; done
+done
+
+tok() { col "$1" 1; }
+text() { # same text as TP=1 (2 threads) in every round?
+  local ref
+  ref="$(awk '{ print $6 }' "$RES/tp1x2" | sort -u)"
+  if [ "$(awk '{ print $6 }' "$RES/$1" | sort -u)" = "$ref" ] && [ "$(echo "$ref" | wc -l)" = 1 ]; then echo yes; else echo NO; fi
+}
+row() { # config label cores
+  local share="-"
+  [ "$(col "$1" 2)" != "?" ] && share="$(col "$1" 2)% ($(col "$1" 3)% + $(col "$1" 4)%)"
+  echo "| $2 | $3 | $(tok "$1") | $share | $(col "$1" 5) | $( [ "${1#llama}" = "$1" ] && text "$1" || echo '—') |"
+}
+echo "| run | cores | decode tok/s | all_sum share of decode (communicating + waiting) | rank 0 resident MiB | same text as TP=1 |"
+echo "|---|---|---|---|---|---|"
+row tp1x2 "boltccl-llm TP=1, 2 threads" "$C0,$C1"
+[ "$have_llama" = 1 ] && row llama2 "llama.cpp, 2 threads" "$C0,$C1"
+row tp1x1 "boltccl-llm TP=1, 1 thread" "$C0"
+[ "$have_llama" = 1 ] && row llama1 "llama.cpp, 1 thread" "$C0"
+row tp2 "boltccl-llm TP=2, 1 process per core (TCP)" "$C0 + $C1"
+row tp2mem "boltccl-llm TP=2, 2 threads of 1 process (in-memory)" "$C0,$C1"
+row tp3 "boltccl-llm TP=3, 3 processes on 2 cores (TCP)" "$C0,$C1"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "?" }'; }
+echo
+echo "TP=2 (one core per rank, TCP) / TP=1 on one core: $(ratio "$(tok tp2)" "$(tok tp1x1)")"
+echo "TP=2 (two threads, in-memory) / TP=1 on one core: $(ratio "$(tok tp2mem)" "$(tok tp1x1)")"
+if [ "$have_llama" = 1 ]; then
+  echo "TP=1 2 threads / llama.cpp 2 threads: $(ratio "$(tok tp1x2)" "$(tok llama2)")"
+  echo "TP=2 (one core per rank, TCP) / llama.cpp on one core: $(ratio "$(tok tp2)" "$(tok llama1)")"
+  echo "TP=2 (two threads, in-memory) / llama.cpp on one core: $(ratio "$(tok tp2mem)" "$(tok llama1)")"
 else
-  rows+=("| llama.cpp | not run (set LLAMA_PY to a Python with llama-cpp-python) | — | — | — |")
+  echo "llama.cpp rows not run (set LLAMA_PY to a Python with llama-cpp-python)"
 fi
-echo "| run | decode | all_sum, share of decode time (rank 0) | of which communicating | of which waiting for slower ranks |"
-echo "|---|---|---|---|---|"
-printf '%s\n' "${rows[@]}"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -19,6 +19,12 @@ pub trait Comm: Send + Sync {
     fn size(&self) -> usize;
     /// In-place element-wise sum of `x` over all ranks.
     fn all_sum(&self, x: &mut [f32]) -> anyhow::Result<()>;
+    /// [`Comm::all_sum`] on f64 values. The quantised model's row-parallel layers send exact
+    /// integer-valued partial sums this way (see [`crate::quant::dot`]), whose sum is the same
+    /// in any order.
+    fn all_sum_f64(&self, _x: &mut [f64]) -> anyhow::Result<()> {
+        anyhow::bail!("this Comm cannot all_sum f64 values")
+    }
     /// In-place broadcast of `x` from rank `root` to every rank.
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()>;
     /// Every rank's `mine` (the same length everywhere), concatenated in rank order. Used
@@ -81,6 +87,9 @@ impl Comm for SingleRank {
     fn all_sum(&self, _x: &mut [f32]) -> anyhow::Result<()> {
         Ok(())
     }
+    fn all_sum_f64(&self, _x: &mut [f64]) -> anyhow::Result<()> {
+        Ok(())
+    }
     fn broadcast_u32(&self, _x: &mut [u32], _root: usize) -> anyhow::Result<()> {
         Ok(())
     }
@@ -103,6 +112,10 @@ impl Comm for boltccl::Group {
         boltccl::Group::all_sum(self, x)?;
         Ok(())
     }
+    fn all_sum_f64(&self, x: &mut [f64]) -> anyhow::Result<()> {
+        boltccl::Group::all_sum(self, x)?;
+        Ok(())
+    }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         boltccl::Group::broadcast(self, x, root)?;
         Ok(())
@@ -122,7 +135,7 @@ impl Comm for boltccl::Group {
     }
 }
 
-/// Wraps a [`Comm`] and logs when each `all_sum` was entered and left (for the "share of
+/// Wraps a [`Comm`] and logs when each `all_sum` (f32 or f64) was entered and left (for the "share of
 /// time in all_sum" figures the CLI prints; see [`crate::timing`]).
 pub struct TimedComm<C> {
     inner: C,
@@ -153,6 +166,12 @@ impl<C: Comm> Comm for TimedComm<C> {
         self.log.push(enter, now_ns());
         r
     }
+    fn all_sum_f64(&self, x: &mut [f64]) -> anyhow::Result<()> {
+        let enter = now_ns();
+        let r = self.inner.all_sum_f64(x);
+        self.log.push(enter, now_ns());
+        r
+    }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         self.inner.broadcast_u32(x, root)
     }
@@ -179,6 +198,9 @@ impl<C: Comm + ?Sized> Comm for &C {
     }
     fn all_sum(&self, x: &mut [f32]) -> anyhow::Result<()> {
         (**self).all_sum(x)
+    }
+    fn all_sum_f64(&self, x: &mut [f64]) -> anyhow::Result<()> {
+        (**self).all_sum_f64(x)
     }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         (**self).broadcast_u32(x, root)

@@ -50,12 +50,12 @@ impl ModelConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.num_heads > 0 && self.num_kv_heads > 0, "zero heads");
         anyhow::ensure!(
-            self.num_heads % self.num_kv_heads == 0,
+            self.num_heads.is_multiple_of(self.num_kv_heads),
             "num_heads ({}) must be a multiple of num_kv_heads ({})",
             self.num_heads,
             self.num_kv_heads
         );
-        anyhow::ensure!(self.head_dim % 2 == 0, "RoPE needs an even head_dim");
+        anyhow::ensure!(self.head_dim.is_multiple_of(2), "RoPE needs an even head_dim");
         anyhow::ensure!(self.hidden_size > 0 && self.intermediate_size > 0, "zero width");
         anyhow::ensure!(self.num_layers > 0 && self.vocab_size > 0, "empty model");
         Ok(())

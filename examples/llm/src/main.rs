@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -9,8 +10,8 @@ use clap::{Parser, ValueEnum};
 
 use boltccl_llm::comm::{Comm, SingleRank, TimedComm};
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
-use boltccl_llm::loader::{self, Checkpoint};
-use boltccl_llm::model::{LoadOptions, Model};
+use boltccl_llm::loader::{self, Checkpoint, WeightSource};
+use boltccl_llm::model::{LoadOptions, Model, WeightMode};
 use boltccl_llm::sample::Sampler;
 use boltccl_llm::shard::ShardPlan;
 use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
@@ -19,6 +20,13 @@ use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
 enum Backend {
     Cpu,
     Gpu,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Weights {
+    Q8,
+    Quant,
+    F32,
 }
 
 /// Tensor-parallel LLM decode over boltccl's all_sum.
@@ -66,10 +74,17 @@ struct Args {
     /// Verify after every step that all ranks hold bit-identical replicated state.
     #[arg(long)]
     check_sync: bool,
-    /// Keep Q8_0/Q4_0/Q4_1 GGUF weights quantised in memory (4-8x smaller; multiplied block by
-    /// block) instead of expanding them to f32 at load.
+    /// How Q8_0/Q4_0/Q4_1 GGUF weights are held and multiplied on the CPU: `q8` keeps the
+    /// blocks and quantises each product's input to 8 bits (integer dot products, like
+    /// llama.cpp); `quant` keeps the blocks with f32 inputs (f32 arithmetic, the GPU
+    /// backend's); `f32` expands them at load (4-7x the memory).
+    #[arg(long, value_enum, default_value_t = Weights::Q8)]
+    weights: Weights,
+    /// CPU threads per rank for the matrix products and attention (default: every core this
+    /// process may run on, or BOLTCCL_LLM_THREADS). With N ranks on one machine, give each
+    /// rank its share of the cores.
     #[arg(long)]
-    keep_quantized: bool,
+    threads: Option<usize>,
     /// Run N ranks as threads in this process (in-process stand-in for a boltccl group). With
     /// the `boltccl` feature, setting BOLTCCL_WORLD_SIZE etc. makes this process one rank of a
     /// real multi-process group instead.
@@ -77,15 +92,12 @@ struct Args {
     local_ranks: usize,
 }
 
-fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, Option<&'a Tokenizer>)> {
+fn prompt_ids(tok: Option<&Tokenizer>, chat_template: Option<&str>, args: &Args) -> anyhow::Result<Vec<u32>> {
     if let Some(ids) = &args.prompt_ids {
-        return Ok((ids.clone(), ck.tokenizer.as_ref()));
+        return Ok(ids.clone());
     }
-    let tok = ck
-        .tokenizer
-        .as_ref()
-        .context("this checkpoint has no tokenizer: use a GGUF file, or pass --prompt-ids 1,2,3")?;
-    let text = match (&ck.chat_template, args.raw) {
+    let tok = tok.context("this checkpoint has no tokenizer: use a GGUF file, or pass --prompt-ids 1,2,3")?;
+    let text = match (chat_template, args.raw) {
         (Some(t), false) => {
             Tokenizer::chatml_prompt(t, args.system.as_deref(), &args.prompt).unwrap_or_else(|| args.prompt.clone())
         }
@@ -96,7 +108,7 @@ fn prompt_ids<'a>(ck: &'a Checkpoint, args: &Args) -> anyhow::Result<(Vec<u32>, 
         ids.extend(tok.bos);
     }
     ids.extend(tok.encode(&text, true)?);
-    Ok((ids, Some(tok)))
+    Ok(ids)
 }
 
 /// The GPU device shared by all in-process ranks, when `--backend gpu`.
@@ -121,20 +133,36 @@ fn open_gpu(backend: Backend) -> anyhow::Result<Gpu> {
     }
 }
 
-/// One rank's whole run: load its shard, generate, report.
+/// What a rank reports besides the generated tokens.
+struct RankStats {
+    /// Bytes of weights the shard holds on the CPU.
+    weight_bytes: usize,
+    /// Resident and peak resident MiB of the process, taken while the shard was loaded.
+    resident: Option<(f64, f64)>,
+}
+
+/// One rank's whole run: load its shard, generate. `weights` is dropped once the shard is
+/// loaded: when it was the last reference the file is unmapped, so the resident size shows
+/// the shard alone.
 fn run_rank(
-    ck: &Checkpoint,
+    weights: Arc<dyn WeightSource>,
     comm: &TimedComm<impl Comm>,
     ids: &[u32],
     tok: Option<&Tokenizer>,
     args: &Args,
     gpu: &Gpu,
-) -> anyhow::Result<GenOutput> {
+) -> anyhow::Result<(GenOutput, RankStats)> {
     let t = Instant::now();
-    let plan = ShardPlan::new(ck.weights.config(), comm.rank(), comm.size())?;
-    let opts = LoadOptions { keep_quantized: args.keep_quantized };
+    let src = weights.as_ref();
+    let plan = ShardPlan::new(src.config(), comm.rank(), comm.size())?;
+    let mode = match args.weights {
+        Weights::Q8 => WeightMode::Q8,
+        Weights::Quant => WeightMode::Quant,
+        Weights::F32 => WeightMode::F32,
+    };
     #[allow(unused_mut)] // mutated only by the GPU upload
-    let mut model = Model::load_with(ck.weights.as_ref(), plan, opts)?;
+    let mut model = Model::load_with(src, plan, LoadOptions { weights: mode })?;
+    drop(weights);
     #[cfg(feature = "gpu")]
     if let Some(ctx) = gpu {
         model.upload_to_gpu(ctx, args.gpu_f16)?;
@@ -171,11 +199,22 @@ fn run_rank(
         let bytes: Vec<u8> = first.iter().flat_map(|v| v.to_le_bytes()).collect();
         std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))?;
     }
-    Ok(out)
+    Ok((out, RankStats { weight_bytes: model.weight_bytes(), resident: resident_mib() }))
 }
 
-/// Every rank: gather the all_sum logs; rank 0: print the rates and where the time went.
-fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) -> anyhow::Result<()> {
+/// This process's resident and peak resident size in MiB (Linux: /proc/self/status).
+fn resident_mib() -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = |key: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        line.split_whitespace().nth(1)?.parse::<f64>().ok()
+    };
+    Some((kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
+}
+
+/// Every rank: gather the all_sum logs; rank 0: print the rates, where the time went, and its
+/// memory.
+fn report((out, stats): &(GenOutput, RankStats), comm: &TimedComm<impl Comm>) -> anyhow::Result<()> {
     let log = comm.log().calls();
     // Ranks run the same calls in lock-step, so rank 0's index of the first decode call holds
     // everywhere.
@@ -206,6 +245,13 @@ fn report(out: &GenOutput, comm: &TimedComm<impl Comm>) -> anyhow::Result<()> {
         pct(split.waiting_ns),
         clock_bound as f64 / 1e3
     );
+    let held = stats.weight_bytes as f64 / (1 << 20) as f64;
+    match stats.resident {
+        Some((rss, peak)) => eprintln!(
+            "memory: rank 0 holds {held:.1} MiB of weights; process resident {rss:.1} MiB (peak {peak:.1} MiB)"
+        ),
+        None => eprintln!("memory: rank 0 holds {held:.1} MiB of weights"),
+    }
     Ok(())
 }
 
@@ -213,21 +259,27 @@ fn main() -> anyhow::Result<()> {
     // This program owns its process: boltccl's warnings go to stderr (BOLTCCL_LOG filters).
     boltccl::log_to_stderr();
     let args = Args::parse();
+    if let Some(n) = args.threads {
+        anyhow::ensure!(n >= 1, "--threads must be at least 1");
+        boltccl_llm::ops::par::set_threads(n);
+    }
     let gpu = open_gpu(args.backend)?;
     anyhow::ensure!(args.local_ranks >= 1, "--local-ranks must be at least 1");
-    let ck = loader::open(&args.model)?;
-    let (ids, tok) = prompt_ids(&ck, &args)?;
-    eprintln!("model: {:?}\nprompt: {} tokens, world size {}", ck.weights.config(), ids.len(), args.local_ranks);
+    let Checkpoint { weights, tokenizer, chat_template } = loader::open(&args.model)?;
+    let weights: Arc<dyn WeightSource> = Arc::from(weights);
+    let tok = tokenizer.as_ref();
+    let ids = prompt_ids(tok, chat_template.as_deref(), &args)?;
+    eprintln!("model: {:?}\nprompt: {} tokens, world size {}", weights.config(), ids.len(), args.local_ranks);
     // A process launched as one rank of a boltccl group (e.g. by `boltccl launch`).
     if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
         anyhow::ensure!(args.local_ranks == 1, "--local-ranks cannot be combined with a boltccl group");
         let comm = TimedComm::new(boltccl::init().context("joining the boltccl group")?);
-        let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
+        let out = run_rank(weights, &comm, &ids, tok, &args, &gpu)?;
         return report(&out, &comm);
     }
     if args.local_ranks == 1 {
         let comm = TimedComm::new(SingleRank);
-        let out = run_rank(&ck, &comm, &ids, tok, &args, &gpu)?;
+        let out = run_rank(weights, &comm, &ids, tok, &args, &gpu)?;
         return report(&out, &comm);
     }
     let world = boltccl::Group::local_world(args.local_ranks);
@@ -235,14 +287,16 @@ fn main() -> anyhow::Result<()> {
         let handles: Vec<_> = world
             .into_iter()
             .map(|c| {
-                let (ck, ids, args, gpu) = (&ck, &ids, &args, &gpu);
+                let (weights, ids, args, gpu) = (weights.clone(), &ids, &args, &gpu);
                 s.spawn(move || {
                     let comm = TimedComm::new(c);
-                    let out = run_rank(ck, &comm, ids, tok, args, gpu)?;
+                    let out = run_rank(weights, &comm, ids, tok, args, gpu)?;
                     report(&out, &comm)
                 })
             })
             .collect();
+        // The ranks hold the only other references: the file is unmapped once all have loaded.
+        drop(weights);
         for h in handles {
             h.join().expect("rank thread panicked")?;
         }

@@ -1,9 +1,13 @@
 //! Tensor-parallel sharding plan: which heads and MLP features a rank owns.
 //!
-//! - KV heads are split into contiguous, as-even-as-possible ranges (remainder to the first
-//!   ranks); each rank owns exactly the query heads that read its KV heads, so grouped-query
-//!   attention needs no communication. A rank may own zero heads (e.g. 3 KV heads on 4 ranks):
-//!   it then contributes a zero attention partial and still does its share of the MLP.
+//! - Query heads are split into contiguous, as-even-as-possible ranges (remainder to the first
+//!   ranks), in units of [`head_unit`] heads (one head unless o_proj's exact sums need more).
+//!   Each rank computes the KV heads its query heads read: with grouped-query attention a KV
+//!   head whose query group is cut between ranks is projected and cached by each of them (a
+//!   little duplicated work, as KV heads are few), so attention needs no communication and the
+//!   query work, which dominates, is even. SmolLM2 (9 query heads, 3 KV heads) splits 5 + 4 at
+//!   TP = 2, both ranks computing KV head 1. A rank may own zero heads (e.g. 9 heads on 10
+//!   ranks): it then contributes a zero attention partial and still does its share of the MLP.
 //! - MLP features are split the same way, in units of 32 when the width allows, so shards of
 //!   block-quantised weights line up with quantisation blocks.
 //! - The output head's *computation* is split by vocabulary rows (the weights stay replicated):
@@ -15,6 +19,7 @@ use std::ops::Range;
 use anyhow::ensure;
 
 use crate::config::ModelConfig;
+use crate::quant::QK;
 
 /// Contiguous share of `n` units for part `idx` of `parts`; the first `n % parts` parts get
 /// one extra unit.
@@ -34,10 +39,11 @@ pub struct ShardPlan {
     pub rank: usize,
     /// World size.
     pub size: usize,
-    /// Owned KV heads (global indices).
-    pub kv_heads: Range<usize>,
-    /// Owned query heads (global indices) = the query heads of `kv_heads`.
+    /// Owned query heads (global indices).
     pub q_heads: Range<usize>,
+    /// KV heads this rank projects and caches (global indices): those its query heads read.
+    /// The first and last may also be computed by the neighbouring ranks.
+    pub kv_heads: Range<usize>,
     /// Owned MLP intermediate features (global indices).
     pub ffn: Range<usize>,
     /// Vocabulary entries whose logits this rank computes (global row indices of the output
@@ -56,13 +62,74 @@ impl ShardPlan {
             "tensor parallelism {size} exceeds the MLP width {}",
             cfg.intermediate_size
         );
-        let kv_heads = split_range(cfg.num_kv_heads, size, rank);
+        let hu = head_unit(cfg);
+        let u = split_range(cfg.num_heads / hu, size, rank);
+        let q_heads = u.start * hu..u.end * hu;
         let g = cfg.group_size();
-        let q_heads = kv_heads.start * g..kv_heads.end * g;
-        let unit = if cfg.intermediate_size % 32 == 0 && cfg.intermediate_size / 32 >= size { 32 } else { 1 };
+        let kv_heads = if q_heads.is_empty() { 0..0 } else { q_heads.start / g..q_heads.end.div_ceil(g) };
+        let unit = ffn_unit(cfg, size);
         let u = split_range(cfg.intermediate_size / unit, size, rank);
         let ffn = u.start * unit..u.end * unit;
         let vocab = split_range(cfg.vocab_size, size, rank);
-        Ok(Self { rank, size, kv_heads, q_heads, ffn, vocab })
+        Ok(Self { rank, size, q_heads, kv_heads, ffn, vocab })
+    }
+
+    /// The local KV head (index into `kv_heads`) that local query head `q` (index into
+    /// `q_heads`) reads.
+    pub fn kv_of(&self, cfg: &ModelConfig, q: usize) -> usize {
+        (self.q_heads.start + q) / cfg.group_size() - self.kv_heads.start
+    }
+
+    /// Query heads this rank skips in the group of its first KV head (`kv_of(q)` is
+    /// `(q + skew) / group_size`): 0 when its share starts on a KV group.
+    pub fn q_skew(&self, cfg: &ModelConfig) -> usize {
+        self.q_heads.start - self.kv_heads.start * cfg.group_size()
+    }
+
+    /// Whether every rank's MLP share (not only this one's) is made of whole `unit`s of
+    /// features, which the exact sums of the quantised model need for down_proj (see
+    /// [`crate::quant::dot`], step 6). The same answer on every rank.
+    pub fn ffn_in_units_of(&self, cfg: &ModelConfig, unit: usize) -> bool {
+        let u = ffn_unit(cfg, self.size);
+        cfg.intermediate_size.is_multiple_of(unit)
+            && (0..self.size).all(|r| {
+                let s = split_range(cfg.intermediate_size / u, self.size, r);
+                (s.start * u).is_multiple_of(unit) && (s.end * u).is_multiple_of(unit)
+            })
+    }
+}
+
+/// The fewest whole query heads whose o_proj columns make an even number of quantisation blocks,
+/// the unit of o_proj's exact sums (see [`crate::quant::dot`], step 6): 1 when `head_dim` is a
+/// multiple of 64, 2 for 32 or 96, ... `None` when the query heads do not divide into such units;
+/// then no split (TP = 1 included) sums o_proj exactly. It depends on the model only, never on
+/// the world size, so TP = 1 and TP = N use the same unit.
+pub fn exact_head_unit(cfg: &ModelConfig) -> Option<usize> {
+    let block_pair = 2 * QK;
+    let heads = block_pair / gcd(cfg.head_dim, block_pair);
+    cfg.num_heads.is_multiple_of(heads).then_some(heads)
+}
+
+/// Query heads per unit of the attention split: [`exact_head_unit`] when there is one, so that
+/// every rank's share of o_proj is made of whole exact units, else single heads.
+pub fn head_unit(cfg: &ModelConfig) -> usize {
+    exact_head_unit(cfg).unwrap_or(1)
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// 32 features (one quantisation block) when the MLP is a multiple of 32 wide with at least one
+/// unit per rank, else single features.
+fn ffn_unit(cfg: &ModelConfig, size: usize) -> usize {
+    if cfg.intermediate_size.is_multiple_of(32) && cfg.intermediate_size / 32 >= size {
+        32
+    } else {
+        1
     }
 }

@@ -4,11 +4,11 @@
 mod common;
 
 use boltccl_llm::config::RopeStyle;
+use boltccl_llm::loader;
 use boltccl_llm::loader::gguf::GgufModel;
-use boltccl_llm::loader::safetensors::StoreDtype;
-use boltccl_llm::loader::{self, Tensor};
-use common::gguf_writer::{self as gw, Meta, RawTensor};
-use common::{max_diff, run_tp, temp_dir, tensors, write_checkpoint, Spec};
+use boltccl_llm::model::{LoadOptions, WeightMode};
+use common::gguf_writer::build_with;
+use common::{max_diff, run_tp, Spec};
 
 fn spec() -> Spec {
     Spec {
@@ -26,55 +26,8 @@ fn spec() -> Spec {
     }
 }
 
-/// GGUF name and encoder for each HF tensor name: embedding Q8_0, attention Q4_1, MLP Q4_0,
-/// head F16, norms F32.
-fn encode(hf: &str, data: &[f32]) -> (String, u32, (Vec<u8>, Vec<f32>)) {
-    let g = loader::gguf::gguf_name(hf).unwrap();
-    let (ty, enc) = if hf.contains("norm") {
-        (0, gw::f32s(data))
-    } else if hf.contains("embed") {
-        (8, gw::q8_0(data))
-    } else if hf.contains("self_attn") {
-        (3, gw::q4_1(data))
-    } else if hf.contains("mlp") {
-        (2, gw::q4_0(data))
-    } else {
-        (1, gw::f16s(data))
-    };
-    (g, ty, enc)
-}
-
 fn build() -> (std::path::PathBuf, std::path::PathBuf) {
     build_with(&spec())
-}
-
-/// The GGUF file (quantised per [`encode`]) and its dequantised safetensors twin for `s`.
-fn build_with(s: &Spec) -> (std::path::PathBuf, std::path::PathBuf) {
-    let mut raw = Vec::new();
-    let mut dense = Vec::new();
-    for (name, t) in tensors(s) {
-        let (g, ty, (bytes, values)) = encode(&name, &t.data);
-        raw.push(RawTensor { name: g, shape: t.shape.clone(), ty, bytes });
-        dense.push((name, Tensor { shape: t.shape, data: values }));
-    }
-    let meta = [
-        ("general.architecture", Meta::Str("llama".into())),
-        ("general.alignment", Meta::U32(32)),
-        ("llama.embedding_length", Meta::U32(s.hidden as u32)),
-        ("llama.block_count", Meta::U32(s.layers as u32)),
-        ("llama.feed_forward_length", Meta::U32(s.ffn as u32)),
-        ("llama.attention.head_count", Meta::U32(s.heads as u32)),
-        ("llama.attention.head_count_kv", Meta::U32(s.kv_heads as u32)),
-        ("llama.rope.dimension_count", Meta::U32(s.head_dim as u32)),
-        ("llama.rope.freq_base", Meta::F32(10000.0)),
-        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
-        ("llama.context_length", Meta::U32(256)),
-    ];
-    let dir = temp_dir("gguf");
-    let path = dir.join("tiny.gguf");
-    std::fs::write(&path, gw::write(&meta, &raw)).unwrap();
-    let st = write_checkpoint(s, &dense, StoreDtype::F32);
-    (path, st)
 }
 
 #[test]
@@ -100,25 +53,70 @@ fn quantised_gguf_matches_dense_safetensors_at_tp_1_2_3() {
 
     let prompt = [1, 2, 3, 60, 7];
     let base = run_tp(d.as_ref(), 1, &prompt, 10);
-    // Both storage modes: f32 expansion, and quantised blocks (whose row-parallel shards are
-    // sliced on block boundaries).
-    for keep_quantized in [false, true] {
+    // Both f32-arithmetic storage modes: f32 expansion, and quantised blocks with f32 inputs
+    // (whose row-parallel shards are sliced on block boundaries).
+    for weights in [WeightMode::F32, WeightMode::Quant] {
         for tp in [1, 2, 3] {
-            let opts = boltccl_llm::model::LoadOptions { keep_quantized };
+            let opts = LoadOptions { weights };
             let out = common::run_tp_with(g.as_ref(), tp, &prompt, 10, opts);
-            assert_eq!(out.tokens, base.tokens, "TP={tp} quantized={keep_quantized}");
+            assert_eq!(out.tokens, base.tokens, "TP={tp} {weights:?}");
             let diff = max_diff(&out.logits, &base.logits);
-            assert!(diff <= 1e-4, "TP={tp} quantized={keep_quantized}: {diff}");
+            assert!(diff <= 1e-4, "TP={tp} {weights:?}: {diff}");
         }
     }
     let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
     let _ = std::fs::remove_dir_all(st);
 }
 
+/// The default arithmetic (weights in their blocks, inputs quantised to Q8), on three fixtures:
+/// - head_dim 32, a 1536-wide MLP: every product takes Q8 inputs and both row-parallel layers
+///   use the exact sums (o_proj in units of two query heads, 128-feature MLP units), so
+///   TP = 2, 3, 4 (TP = 3 has a rank without heads) give TP = 1's logits bit for bit;
+/// - head_dim 64, 6 query heads on 3 KV heads: o_proj's unit is one query head, and TP = 2
+///   (3 + 3) and TP = 4 (2 + 2 + 1 + 1) cut KV groups between ranks, which then both compute
+///   the shared KV head: still TP = 1's bits;
+/// - head_dim 8, a 96-wide MLP: o_proj's unit would be 8 query heads, which 12 heads do not
+///   divide into, and the MLP is not a multiple of 128, so those layers keep f32 inputs / f32
+///   all_sums: same tokens, logits within 1e-4 (TP <= 3: three 32-feature blocks).
+///
+/// Both stay near the f32 model.
+#[test]
+fn q8_arithmetic_same_tokens_at_every_tp() {
+    let wide = Spec { hidden: 128, ffn: 1536, heads: 4, kv_heads: 2, head_dim: 32, seed: 12, ..spec() };
+    let cut = Spec { hidden: 384, ffn: 1536, heads: 6, kv_heads: 3, head_dim: 64, seed: 14, ..spec() };
+    for (s, tps, exact) in [(wide, &[2, 3, 4][..], true), (cut, &[2, 4][..], true), (spec(), &[2, 3][..], false)] {
+        let (gguf, st) = build_with(&s);
+        let g = loader::open(&gguf).unwrap().weights;
+        let d = loader::open(&st).unwrap().weights;
+        let prompt = [1, 2, 3, 60, 7];
+        let dense = run_tp(d.as_ref(), 1, &prompt, 10);
+        let opts = LoadOptions { weights: WeightMode::Q8 };
+        let base = common::run_tp_with(g.as_ref(), 1, &prompt, 10, opts);
+        let off = max_diff(&base.logits, &dense.logits);
+        let span = dense.logits.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+        eprintln!("head_dim {}: Q8 vs f32 max |logit diff| {off:.2e} (logits up to {span:.2})", s.head_dim);
+        assert!(off > 0.0 && off < 0.03 * span, "Q8 inputs should move the logits a little, not {off}");
+        for &tp in tps {
+            let out = common::run_tp_with(g.as_ref(), tp, &prompt, 10, opts);
+            assert_eq!(out.tokens, base.tokens, "head_dim {} TP={tp}", s.head_dim);
+            if exact {
+                for (step, (a, b)) in out.logits.iter().zip(&base.logits).enumerate() {
+                    assert!(common::bits(a) == common::bits(b), "TP={tp} step {step}: logits differ from TP=1");
+                }
+            } else {
+                let diff = max_diff(&out.logits, &base.logits);
+                assert!(diff <= 1e-4, "head_dim {} TP={tp}: {diff}", s.head_dim);
+            }
+        }
+        let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+        let _ = std::fs::remove_dir_all(st);
+    }
+}
+
 #[test]
 fn quantized_storage_matches_f32_expansion() {
     use boltccl_llm::comm::SingleRank;
-    use boltccl_llm::model::{LoadOptions, Model};
+    use boltccl_llm::model::Model;
     use boltccl_llm::shard::ShardPlan;
     let (gguf, st) = build();
     let g = loader::open(&gguf).unwrap().weights;
@@ -126,8 +124,9 @@ fn quantized_storage_matches_f32_expansion() {
     assert!(g.quant_rows("model.layers.0.mlp.up_proj.weight", 0..4).unwrap().is_some());
     assert!(g.quant_rows("model.norm.weight", 0..1).unwrap().is_none());
     let plan = ShardPlan::new(g.config(), 0, 1).unwrap();
-    let q = Model::load(g.as_ref(), plan.clone()).unwrap();
-    let f = Model::load_with(g.as_ref(), plan, LoadOptions { keep_quantized: false }).unwrap();
+    let q = Model::load_with(g.as_ref(), plan.clone(), LoadOptions { weights: WeightMode::Quant }).unwrap();
+    let f = Model::load_with(g.as_ref(), plan, LoadOptions { weights: WeightMode::F32 }).unwrap();
+    assert!(q.weight_bytes() * 3 < f.weight_bytes(), "blocks not kept: {} vs {}", q.weight_bytes(), f.weight_bytes());
     let (mut cq, mut cf) = (q.new_cache(), f.new_cache());
     for toks in [&[5u32, 6, 7][..], &[8], &[9]] {
         let lq = q.forward_batch(toks, &mut cq, &SingleRank, true).unwrap().unwrap();
@@ -146,9 +145,8 @@ fn split_quantized_head_gives_the_one_rank_bits() {
     let g = loader::open(&gguf).unwrap().weights;
     assert!(g.config().tie_embeddings);
     assert!(g.quant_rows("model.embed_tokens.weight", 0..1).unwrap().is_some(), "head must be quantised");
-    for keep_quantized in [true, false] {
-        let opts = boltccl_llm::model::LoadOptions { keep_quantized };
-        common::check_split_head_bits(g.as_ref(), &[2, 3, 4], opts, &|_| {});
+    for weights in [WeightMode::Q8, WeightMode::Quant, WeightMode::F32] {
+        common::check_split_head_bits(g.as_ref(), &[2, 3, 4], LoadOptions { weights }, &|_| {});
     }
     let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
     let _ = std::fs::remove_dir_all(st);

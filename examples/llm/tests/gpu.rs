@@ -8,13 +8,17 @@ mod common;
 use std::sync::Arc;
 
 use boltccl_llm::generate::{generate, GenOptions, GenOutput};
-use boltccl_llm::gpu::{wgsl_to_msl, GpuContext, GpuMat, MATVEC_F16_WGSL, MATVEC_WGSL};
+use boltccl_llm::gpu::{wgsl_to_msl, GpuContext, GpuMat, MATVEC_F16_WGSL, MATVEC_Q_WGSL, MATVEC_WGSL};
 use boltccl_llm::loader::safetensors::StoreDtype;
 use boltccl_llm::loader::WeightSource;
 use boltccl_llm::model::Model;
 use boltccl_llm::sample::{Rng, Sampler};
 use boltccl_llm::shard::ShardPlan;
 use common::{check_split_head_bits, max_diff, open, run_tp, tensors, write_checkpoint, Spec};
+
+use boltccl_llm::model::{LoadOptions, WeightMode};
+use boltccl_llm::quant::{GgmlType, QuantRows};
+use common::gguf_writer as gw;
 
 fn gpu() -> Option<Arc<GpuContext>> {
     match GpuContext::new().expect("GPU init failed") {
@@ -40,6 +44,10 @@ fn wgsl_translates_to_metal() {
     }
     let msl16 = wgsl_to_msl(MATVEC_F16_WGSL).unwrap();
     assert!(msl16.contains("half"), "f16 weights must become Metal `half`: {msl16}");
+    let msl_q = wgsl_to_msl(MATVEC_Q_WGSL).unwrap();
+    for k in ["matvec_q4_0", "matvec_q4_1", "matvec_q8_0"] {
+        assert!(msl_q.contains(&format!("kernel void {k}")), "{k} missing from MSL");
+    }
     // A broken shader must be rejected, so this test can fail.
     assert!(wgsl_to_msl("@compute @workgroup_size(64) fn f() { let x: u32 = 1.5; }").is_err());
 }
@@ -97,7 +105,9 @@ fn gpu_decode_matches_cpu() {
         seed: 4,
         ..Spec::even()
     };
-    for (spec, tps) in [(Spec::odd(), &[1, 2, 4][..]), (qwen2, &[3][..]), (qwen3, &[1, 4][..])] {
+    // Spec::odd has 9 query heads on 3 KV heads: TP=2 and 4 start shards inside a KV group,
+    // TP=10 leaves a rank without heads.
+    for (spec, tps) in [(Spec::odd(), &[1, 2, 4, 10][..]), (qwen2, &[3][..]), (qwen3, &[1, 4][..])] {
         let dir = write_checkpoint(&spec, &tensors(&spec), StoreDtype::F32);
         let src = open(&dir);
         let prompt = [4, 8, 15, 16, 23];
@@ -162,4 +172,111 @@ fn gpu_f16_weights_match_cpu_on_rounded_weights() {
         let d = cpu.iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
         assert!(d < 1e-5, "{rows}x{cols}: {d}");
     }
+}
+
+/// Matrices kept in GGML blocks on the GPU (decoded in the shader) against the CPU's products
+/// on the same blocks with f32 inputs (`--weights quant`), for every block type.
+#[test]
+fn gpu_quantized_matvec_matches_cpu() {
+    let Some(ctx) = gpu() else { return };
+    let mut rng = Rng::new(8);
+    type Enc = fn(&[f32]) -> (Vec<u8>, Vec<f32>);
+    for (ty, enc) in
+        [(GgmlType::Q4_0, gw::q4_0 as Enc), (GgmlType::Q4_1, gw::q4_1 as Enc), (GgmlType::Q8_0, gw::q8_0 as Enc)]
+    {
+        for (rows, cols) in [(1, 32), (7, 96), (130, 576), (65, 1536)] {
+            let w: Vec<f32> = (0..rows * cols).map(|_| rng.next_f32() - 0.5).collect();
+            let x: Vec<f32> = (0..cols).map(|_| rng.next_f32() - 0.5).collect();
+            let q = QuantRows::new(ty, cols, enc(&w).0).unwrap();
+            let mut cpu = vec![0f32; rows];
+            boltccl_llm::ops::Mat::quantized(q.clone()).matvec(&x, &mut cpu).unwrap();
+            // A slice of rows too, as each rank uploads its part of the output head.
+            for r in [0..rows, rows / 2..rows] {
+                let g = GpuMat::upload_quant(&ctx, &q, r.clone()).unwrap();
+                let mut out = vec![f32::NAN; r.len()];
+                g.matvec(&x, &mut out).unwrap();
+                let d = cpu[r].iter().zip(&out).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+                assert!(d < 1e-5, "{ty:?} {rows}x{cols}: {d}");
+            }
+        }
+    }
+    // Scales the shader decodes by hand: f16 subnormal, negative, zero and the largest finite.
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        let mut bytes = Vec::new();
+        for bits in [0x0001u16, 0x83ffu16, 0x0000u16, 0xbc00u16, 0x7bffu16, 0x3555u16] {
+            bytes.extend(bits.to_le_bytes());
+            if ty == GgmlType::Q4_1 {
+                bytes.extend((bits ^ 0x8000).to_le_bytes()); // minimum: the scale negated
+            }
+            let n = if ty == GgmlType::Q8_0 { 32 } else { 16 };
+            bytes.extend((0..n).map(|_| (rng.next_u64() >> 56) as u8));
+        }
+        let q = QuantRows::new(ty, 64, bytes).unwrap();
+        let x: Vec<f32> = (0..64).map(|_| rng.next_f32() - 0.5).collect();
+        let mut cpu = vec![0f32; 3];
+        boltccl_llm::ops::Mat::quantized(q.clone()).matvec(&x, &mut cpu).unwrap();
+        let mut out = vec![f32::NAN; 3];
+        GpuMat::upload_quant(&ctx, &q, 0..3).unwrap().matvec(&x, &mut out).unwrap();
+        for (a, b) in cpu.iter().zip(&out) {
+            assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "{ty:?} special scales: CPU {cpu:?} GPU {out:?}");
+        }
+    }
+}
+
+/// A quantised GGUF model (Q8_0 embedding/head, Q4_1 attention, Q4_0 MLP) decoded on the GPU
+/// from its blocks: the CPU's tokens with f32 inputs on the same blocks, at TP = 1 and 2, and
+/// logits within 1e-4.
+#[test]
+fn gpu_decode_on_quantized_weights_matches_cpu() {
+    let Some(ctx) = gpu() else { return };
+    let spec = Spec { hidden: 128, ffn: 256, heads: 4, kv_heads: 2, head_dim: 32, seed: 13, ..Spec::odd() };
+    let (gguf, st) = gw::build_with(&spec);
+    let src = boltccl_llm::loader::open(&gguf).unwrap().weights;
+    let prompt = [4, 8, 15, 16, 23];
+    let cpu = common::run_tp_with(src.as_ref(), 1, &prompt, 8, LoadOptions { weights: WeightMode::Quant });
+    for tp in [1, 2] {
+        let g = run_gpu(src.as_ref(), &ctx, tp, &prompt);
+        assert_eq!(g.tokens, cpu.tokens, "GPU TP={tp} on blocks");
+        let d = max_diff(&g.logits, &cpu.logits);
+        eprintln!("quantised GGUF GPU TP={tp}: max |logit diff| vs CPU = {d:.2e}");
+        assert!(d < 1e-4, "GPU TP={tp}: {d}");
+    }
+    let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+    let _ = std::fs::remove_dir_all(st);
+}
+
+/// SmolLM2 on the GPU (weights uploaded in their Q4_1/Q8_0 blocks) says what the CPU says with
+/// f32 inputs on the same blocks: the same greedy tokens. Skips without the model file.
+#[test]
+fn gpu_smollm2_same_tokens_as_cpu() {
+    let Some(ctx) = gpu() else { return };
+    let Some(path) = common::smollm2_path() else { return };
+    let ck = boltccl_llm::loader::open(&path).unwrap();
+    let tok = ck.tokenizer.as_ref().unwrap();
+    let chat = boltccl_llm::tokenizer::Tokenizer::chatml_prompt(
+        ck.chat_template.as_deref().unwrap(),
+        None,
+        "What is the capital of France? Answer in one sentence.",
+    )
+    .unwrap();
+    let prompt = tok.encode(&chat, true).unwrap();
+    let src = ck.weights.as_ref();
+    let n = 8;
+    let cpu = common::run_tp_with(src, 1, &prompt, n, LoadOptions { weights: WeightMode::Quant });
+    let plan = ShardPlan::new(src.config(), 0, 1).unwrap();
+    let mut model = Model::load(src, plan).unwrap();
+    model.upload_to_gpu(&ctx, false).unwrap();
+    let opts = GenOptions { max_tokens: n, stop_token: None, record_logits: true, check_sync: false };
+    let g = generate(&model, &boltccl_llm::comm::SingleRank, &prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
+    eprintln!("GPU: {:?}", tok.decode(&g.tokens, false));
+    assert_eq!(
+        g.tokens,
+        cpu.tokens,
+        "GPU {:?} vs CPU {:?}",
+        tok.decode(&g.tokens, false),
+        tok.decode(&cpu.tokens, false)
+    );
+    let d = max_diff(&g.logits, &cpu.logits);
+    eprintln!("SmolLM2 GPU vs CPU: same {n} tokens, max |logit diff| {d:.2e}");
+    assert!(d < 1e-2, "logits differ by {d}");
 }

@@ -48,9 +48,10 @@ fn even_heads_tp_1_2_3_4() {
 }
 
 #[test]
-fn three_kv_heads_tp_1_2_3_4() {
-    // TP=2 splits 2+1 KV heads, TP=4 leaves rank 3 with no heads (MLP only).
-    check_tp(&Spec::odd(), &[2, 3, 4]);
+fn three_kv_heads_tp_1_2_3_4_10() {
+    // TP=2 splits 5 + 4 query heads (both ranks compute KV head 1), TP=4 3 + 2 + 2 + 2 (ranks
+    // 2 and 3 start inside a KV group), TP=10 leaves rank 9 with no heads (MLP only).
+    check_tp(&Spec::odd(), &[2, 3, 4, 10]);
 }
 
 #[test]

@@ -25,6 +25,11 @@ pub struct LayerSpec<'a> {
     pub n_q: usize,
     /// Local KV heads.
     pub n_kv: usize,
+    /// Query heads per KV head (the model's, not the shard's).
+    pub group: usize,
+    /// Local query head `q` reads local KV head `(q + q_skew) / group` (see
+    /// [`crate::shard::ShardPlan::q_skew`]).
+    pub q_skew: usize,
     /// Longest sequence the GPU KV cache holds.
     pub max_seq: usize,
     /// RMSNorm epsilon.
@@ -93,6 +98,7 @@ pub struct GpuLayer {
     max_seq: usize,
     eps: f32,
     group: usize,
+    q_skew: usize,
     x: wgpu::Buffer,
     xn: wgpu::Buffer,
     bg_norm_attn: wgpu::BindGroup,
@@ -191,7 +197,7 @@ impl Params {
 impl GpuLayer {
     /// Builds the layer: uploads norms/biases, allocates the KV cache, makes the bind groups.
     pub fn new(ctx: &Arc<GpuContext>, k: &LayerKernels, s: LayerSpec<'_>) -> anyhow::Result<Self> {
-        ensure!(s.head_dim <= 256 && s.head_dim % 2 == 0, "GPU attention needs an even head_dim <= 256");
+        ensure!(s.head_dim <= 256 && s.head_dim.is_multiple_of(2), "GPU attention needs an even head_dim <= 256");
         let d = &ctx.device;
         use wgpu::BufferUsages as U;
         let init = |label, data: &[f32], usage| {
@@ -294,7 +300,8 @@ impl GpuLayer {
             n_kv: s.n_kv,
             max_seq: s.max_seq,
             eps: s.eps,
-            group: s.n_q.checked_div(s.n_kv).unwrap_or(1),
+            group: s.group,
+            q_skew: s.q_skew,
             x,
             xn,
             bg_norm_attn,
@@ -337,6 +344,8 @@ impl GpuLayer {
                 n: hd as u32,
                 heads: self.max_seq as u32,
                 pos: pos as u32 + 1,
+                // The attention kernel does not read flags: it carries the query-head skew.
+                flags: self.q_skew as u32,
                 scale,
                 group: self.group as u32,
                 n_kv: self.n_kv as u32,
@@ -395,11 +404,7 @@ impl GpuLayer {
     fn matvecs(&self, enc: &mut wgpu::CommandEncoder, mats: &[&Arc<GpuMat>]) {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
         for m in mats {
-            let pipeline = match (m.f16, &self.ctx.pipeline_f16) {
-                (true, Some(p)) => p,
-                _ => &self.ctx.pipeline,
-            };
-            pass.set_pipeline(pipeline);
+            pass.set_pipeline(self.ctx.pipeline_for(m.kind));
             pass.set_bind_group(0, &m.bind, &[]);
             pass.dispatch_workgroups(m.grid.0, m.grid.1, 1);
         }

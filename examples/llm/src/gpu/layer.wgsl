@@ -9,7 +9,9 @@ struct Params {
     n: u32,        // rmsnorm/silu: vector length. qk_prep/attention: head_dim
     heads: u32,    // qk_prep: heads in the vector. attention: local query heads
     pos: u32,      // qk_prep: position. attention: sequence length (pos + 1)
-    flags: u32,    // qk_prep: 1 = add bias, 2 = per-head rmsnorm, 4 = interleaved rope, 8 = rope
+    flags: u32,    // qk_prep: 1 = add bias, 2 = per-head rmsnorm, 4 = interleaved rope, 8 = rope.
+                   // attention: query-head skew (local query head h reads local KV head
+                   // (h + skew) / group, as a rank's heads may start inside a KV group)
     eps: f32,
     scale: f32,    // attention: 1/sqrt(head_dim)
     group: u32,    // attention: query heads per KV head
@@ -118,7 +120,7 @@ var<workgroup> qv: array<f32, 256>;
 fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let hd = p.n;
     let h = wg.x;
-    let kvh = h / p.group;
+    let kvh = (h + p.flags) / p.group;
     let seq = p.pos;
     for (var i = lid; i < hd; i += WG) {
         qv[i] = o[h * hd + i];

@@ -13,12 +13,31 @@ use std::sync::{mpsc, Arc};
 use anyhow::{anyhow, Context};
 use wgpu::util::DeviceExt;
 
+use crate::quant::{GgmlType, QuantRows};
+
 pub mod layer;
 
 /// WGSL source of the f32 matvec kernel.
 pub const MATVEC_WGSL: &str = include_str!("matvec.wgsl");
 /// WGSL source of the f16-weight matvec kernel (needs the `shader-f16` feature).
 pub const MATVEC_F16_WGSL: &str = include_str!("matvec_f16.wgsl");
+/// WGSL source of the matvec kernels on GGML blocks (Q4_0, Q4_1, Q8_0), decoded in the shader.
+pub const MATVEC_Q_WGSL: &str = include_str!("matvec_q.wgsl");
+
+/// How a [`GpuMat`]'s weights are stored on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightKind {
+    /// f32 values.
+    F32,
+    /// f16 values (`shader-f16`), f32 accumulation.
+    F16,
+    /// GGML blocks, see matvec_q.wgsl.
+    Q4_0,
+    /// GGML blocks, see matvec_q.wgsl.
+    Q4_1,
+    /// GGML blocks, see matvec_q.wgsl.
+    Q8_0,
+}
 
 /// Rows per grid row; keeps each dispatch dimension under the 65535 limit.
 const GRID_X: u32 = 32768;
@@ -30,6 +49,8 @@ pub struct GpuContext {
     pipeline: wgpu::ComputePipeline,
     /// f16-weight pipeline, when the adapter supports `shader-f16`.
     pipeline_f16: Option<wgpu::ComputePipeline>,
+    /// Block-quantised pipelines: Q4_0, Q4_1, Q8_0.
+    pipeline_q: [wgpu::ComputePipeline; 3],
     layout: wgpu::BindGroupLayout,
     /// Human-readable adapter description.
     pub adapter: String,
@@ -39,6 +60,17 @@ impl GpuContext {
     /// Whether weights can be stored as f16 on this device.
     pub fn supports_f16(&self) -> bool {
         self.pipeline_f16.is_some()
+    }
+
+    /// The matvec pipeline for weights stored as `kind`.
+    fn pipeline_for(&self, kind: WeightKind) -> &wgpu::ComputePipeline {
+        match (kind, &self.pipeline_f16) {
+            (WeightKind::F16, Some(p)) => p,
+            (WeightKind::Q4_0, _) => &self.pipeline_q[0],
+            (WeightKind::Q4_1, _) => &self.pipeline_q[1],
+            (WeightKind::Q8_0, _) => &self.pipeline_q[2],
+            _ => &self.pipeline,
+        }
     }
 }
 
@@ -110,28 +142,35 @@ impl GpuContext {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let make = |module: &wgpu::ShaderModule| {
+        let make = |module: &wgpu::ShaderModule, entry: &str| {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("matvec"),
+                label: Some(entry),
                 layout: Some(&pl),
                 module,
-                entry_point: Some("matvec"),
+                entry_point: Some(entry),
                 compilation_options: Default::default(),
                 cache: None,
             })
         };
-        let pipeline = make(&module);
+        let pipeline = make(&module, "matvec");
         let pipeline_f16 = f16.then(|| {
-            make(&device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some("matvec_f16"),
                 source: wgpu::ShaderSource::Wgsl(MATVEC_F16_WGSL.into()),
-            }))
+            });
+            make(&m, "matvec")
         });
+        let q = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some("matvec_q"),
+            source: wgpu::ShaderSource::Wgsl(MATVEC_Q_WGSL.into()),
+        });
+        let pipeline_q = ["matvec_q4_0", "matvec_q4_1", "matvec_q8_0"].map(|e| make(&q, e));
         Ok(Some(Arc::new(Self {
             device,
             queue,
             pipeline,
             pipeline_f16,
+            pipeline_q,
             layout,
             adapter: format!("{} ({:?}, {})", info.name, info.backend, info.driver),
         })))
@@ -149,7 +188,7 @@ pub struct GpuMat {
     staging: wgpu::Buffer,
     bind: wgpu::BindGroup,
     grid: (u32, u32),
-    f16: bool,
+    kind: WeightKind,
 }
 
 impl std::fmt::Debug for GpuMat {
@@ -169,7 +208,6 @@ impl GpuMat {
     pub fn upload_as(ctx: &Arc<GpuContext>, rows: usize, cols: usize, data: &[f32], f16: bool) -> anyhow::Result<Self> {
         assert!(rows > 0 && cols > 0, "empty matrices stay on the CPU");
         anyhow::ensure!(!f16 || ctx.supports_f16(), "this GPU adapter lacks shader-f16; use f32 weights");
-        let d = &ctx.device;
         let bytes: Vec<u8> = if f16 {
             let mut b: Vec<u8> = data.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
             b.resize(b.len().div_ceil(4) * 4, 0); // buffers are sized in 4-byte units
@@ -177,9 +215,38 @@ impl GpuMat {
         } else {
             bytemuck::cast_slice(data).to_vec()
         };
+        let kind = if f16 { WeightKind::F16 } else { WeightKind::F32 };
+        Ok(Self::with_weights(ctx, rows, cols, &bytes, kind, 0))
+    }
+
+    /// Uploads rows `r` of a block-quantised matrix in its blocks (quants, then one word of
+    /// f16 scale and minimum per block: the file's 20 bytes per 32 Q4_1 weights), for the
+    /// shaders of matvec_q.wgsl to decode.
+    pub fn upload_quant(ctx: &Arc<GpuContext>, q: &QuantRows, r: std::ops::Range<usize>) -> anyhow::Result<Self> {
+        anyhow::ensure!(!r.is_empty() && r.end <= q.rows(), "rows {r:?} of {}", q.rows());
+        let kind = match q.ty {
+            GgmlType::Q4_0 => WeightKind::Q4_0,
+            GgmlType::Q4_1 => WeightKind::Q4_1,
+            GgmlType::Q8_0 => WeightKind::Q8_0,
+            t => anyhow::bail!("{t:?} is not block-quantised"),
+        };
+        let (qs, d, m) = (q.qs_rows(r.clone()), q.d_rows(r.clone()), q.m_rows(r.clone()));
+        let mut bytes = Vec::with_capacity(qs.len() + 4 * d.len());
+        bytes.extend_from_slice(qs); // 16 or 32 bytes a block: whole words
+        for (i, &di) in d.iter().enumerate() {
+            let mi = m.get(i).copied().unwrap_or(0);
+            bytes.extend_from_slice(&(di as u32 | (mi as u32) << 16).to_le_bytes());
+        }
+        let dm_offset = u32::try_from(qs.len() / 4).context("quants too large for one buffer")?;
+        Ok(Self::with_weights(ctx, r.len(), q.cols, &bytes, kind, dm_offset))
+    }
+
+    /// The matrix with its weight buffer `bytes` and its own input/output/staging buffers.
+    fn with_weights(ctx: &Arc<GpuContext>, rows: usize, cols: usize, bytes: &[u8], kind: WeightKind, dm: u32) -> Self {
+        let d = &ctx.device;
         let w = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("weights"),
-            contents: &bytes,
+            contents: bytes,
             usage: wgpu::BufferUsages::STORAGE,
         });
         let buf = |label, size: usize, usage| {
@@ -198,7 +265,7 @@ impl GpuMat {
         let gy = (rows as u32).div_ceil(GRID_X);
         let params = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some("params"),
-            contents: bytemuck::cast_slice(&[rows as u32, cols as u32, gx, 0]),
+            contents: bytemuck::cast_slice(&[rows as u32, cols as u32, gx, dm]),
             usage: U::UNIFORM,
         });
         let bind = d.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -211,7 +278,7 @@ impl GpuMat {
                 wgpu::BindGroupEntry { binding: 3, resource: params.as_entire_binding() },
             ],
         });
-        Ok(Self { ctx: ctx.clone(), rows, cols, x, y, staging, bind, grid: (gx, gy), f16 })
+        Self { ctx: ctx.clone(), rows, cols, x, y, staging, bind, grid: (gx, gy), kind }
     }
 
     /// `out = W · x`, blocking until the result is back in host memory.
@@ -240,11 +307,7 @@ pub fn matvec_many(mats: &[&GpuMat], x: &[f32], outs: &mut [&mut [f32]]) -> anyh
     {
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
         for m in mats {
-            let pipeline = match (m.f16, &ctx.pipeline_f16) {
-                (true, Some(p)) => p,
-                _ => &ctx.pipeline,
-            };
-            pass.set_pipeline(pipeline);
+            pass.set_pipeline(ctx.pipeline_for(m.kind));
             pass.set_bind_group(0, &m.bind, &[]);
             pass.dispatch_workgroups(m.grid.0, m.grid.1, 1);
         }

@@ -140,3 +140,53 @@ pub fn f16s(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
 pub fn f32s(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
     (x.iter().flat_map(|a| a.to_le_bytes()).collect(), x.to_vec())
 }
+
+/// GGUF name and encoder for each HF tensor name: embedding Q8_0, attention Q4_1, MLP Q4_0,
+/// head F16, norms F32.
+fn encode(hf: &str, data: &[f32]) -> (String, u32, (Vec<u8>, Vec<f32>)) {
+    let g = boltccl_llm::loader::gguf::gguf_name(hf).unwrap();
+    let (ty, enc) = if hf.contains("norm") {
+        (0, f32s(data))
+    } else if hf.contains("embed") {
+        (8, q8_0(data))
+    } else if hf.contains("self_attn") {
+        (3, q4_1(data))
+    } else if hf.contains("mlp") {
+        (2, q4_0(data))
+    } else {
+        (1, f16s(data))
+    };
+    (g, ty, enc)
+}
+
+/// A llama GGUF file for `s`'s seeded weights (quantised per [`encode`]) and its dequantised
+/// safetensors twin: (GGUF path, safetensors directory).
+pub fn build_with(s: &super::Spec) -> (std::path::PathBuf, std::path::PathBuf) {
+    use boltccl_llm::loader::safetensors::StoreDtype;
+    use boltccl_llm::loader::Tensor;
+    let mut raw = Vec::new();
+    let mut dense = Vec::new();
+    for (name, t) in super::tensors(s) {
+        let (g, ty, (bytes, values)) = encode(&name, &t.data);
+        raw.push(RawTensor { name: g, shape: t.shape.clone(), ty, bytes });
+        dense.push((name, Tensor { shape: t.shape, data: values }));
+    }
+    let meta = [
+        ("general.architecture", Meta::Str("llama".into())),
+        ("general.alignment", Meta::U32(32)),
+        ("llama.embedding_length", Meta::U32(s.hidden as u32)),
+        ("llama.block_count", Meta::U32(s.layers as u32)),
+        ("llama.feed_forward_length", Meta::U32(s.ffn as u32)),
+        ("llama.attention.head_count", Meta::U32(s.heads as u32)),
+        ("llama.attention.head_count_kv", Meta::U32(s.kv_heads as u32)),
+        ("llama.rope.dimension_count", Meta::U32(s.head_dim as u32)),
+        ("llama.rope.freq_base", Meta::F32(10000.0)),
+        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+        ("llama.context_length", Meta::U32(256)),
+    ];
+    let dir = super::temp_dir("gguf");
+    let path = dir.join("tiny.gguf");
+    std::fs::write(&path, write(&meta, &raw)).unwrap();
+    let st = super::write_checkpoint(s, &dense, StoreDtype::F32);
+    (path, st)
+}

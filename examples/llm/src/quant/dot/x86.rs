@@ -1,0 +1,465 @@
+//! x86-64 kernels: AVX2 (`pmaddubsw` + `pmaddwd`) and AVX-VNNI (`vpdpbusd`), chosen at run time.
+//!
+//! Four rows at a time share each activation load. The Q4 kernels take two blocks per step: 32
+//! bytes of quants hold blocks `b` and `b + 1`, whose low nibbles (elements 0..15 of both) and
+//! high nibbles (elements 16..31) each meet the matching halves of the two activation blocks, so
+//! one step yields lanes 0-3 of both blocks in one register and lanes 4-7 in another. The row's
+//! accumulators are kept in that layout (`X = [A0..3 | B0..3]`, `Y = [A4..7 | B4..7]`, with `A`
+//! and `B` the even- and odd-block accumulators of [`super`]), and each lane still sees exactly
+//! the fused multiply-adds the arithmetic specifies, in the same order. Signed-by-signed
+//! products (Q4_0, Q8_0) use the sign trick (`|w| * sign(q, w)`), because both instructions
+//! multiply unsigned by signed bytes.
+
+use std::arch::x86_64::*;
+
+use super::Operands;
+use crate::quant::GgmlType;
+
+/// Most blocks whose scales are prepared at once (even, so block pairs and the even/odd
+/// accumulators keep their parity across chunks).
+const CHUNK: usize = 64;
+/// Rows multiplied together.
+const ROWS: usize = 4;
+/// Bytes ahead of the quants being read to prefetch. The loops do enough arithmetic per byte
+/// that the hardware prefetcher alone keeps too few cache misses in flight: on the 2-core x86
+/// dev box (weights streamed from DRAM) prefetching 4 KiB ahead took the whole model's products
+/// from ~20 ms to ~11 ms per token on one core; 2-16 KiB were all close.
+const PREFETCH: usize = 4096;
+/// The same for the scales and minimums (2 bytes a block where the quants have 16 or 32).
+const PREFETCH_SCALES: usize = 1024;
+
+pub(super) fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+}
+
+pub(super) fn has_avx_vnni() -> bool {
+    has_avx2() && is_x86_feature_detected!("avxvnni")
+}
+
+const T_Q4_0: u8 = 0;
+const T_Q4_1: u8 = 1;
+const T_Q8_0: u8 = 2;
+
+/// Runs the kernel for `op` on AVX2 (or AVX-VNNI when `vnni`): into `out` (steps 1-5), or,
+/// when `out` is empty, into `exact` (step 6, units of `op.unit` blocks).
+pub(super) fn dot_rows(op: &Operands, vnni: bool, out: &mut [f32], exact: &mut [f64]) {
+    assert!(has_avx2() && (!vnni || has_avx_vnni()), "caller checked Isa::available");
+    macro_rules! go {
+        ($isa:ident, $t:expr) => {
+            if out.is_empty() {
+                $isa::rows::<{ $t }, true>(op, out, exact)
+            } else {
+                $isa::rows::<{ $t }, false>(op, out, exact)
+            }
+        };
+    }
+    // SAFETY: the CPU has the instructions (asserted above); `Operands` holds `out.len()` (or
+    // `exact.len()`) rows of `nb` blocks (checked by `operands`), which is every index the
+    // kernels read.
+    unsafe {
+        match (vnni, op.ty) {
+            (false, GgmlType::Q4_0) => go!(avx2, T_Q4_0),
+            (false, GgmlType::Q4_1) => go!(avx2, T_Q4_1),
+            (false, _) => go!(avx2, T_Q8_0),
+            (true, GgmlType::Q4_0) => go!(vnni, T_Q4_0),
+            (true, GgmlType::Q4_1) => go!(vnni, T_Q4_1),
+            (true, _) => go!(vnni, T_Q8_0),
+        }
+    }
+}
+
+/// Step 5 of the arithmetic on a register: `(u0 + u2) + (u1 + u3)` with `u = lo + hi`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum(t: __m256) -> f32 {
+    let u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t));
+    let v = _mm_add_ps(u, _mm_movehl_ps(u, u)); // (u0 + u2, u1 + u3, ..)
+    _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps::<1>(v, v)))
+}
+
+/// The sum of four f64 lanes holding integers below 2^53: exact, so the order is free.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_pd(v: __m256d) -> f64 {
+    let u = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd::<1>(v));
+    _mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u)))
+}
+
+/// Step 6 for one row's unit: the eight lanes `t` rounded to the grid (ties to even) and added
+/// to the four-lane f64 accumulator `acc`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn to_grid(t: __m256, acc: &mut __m256d) {
+    let scale = _mm256_set1_pd((1u64 << super::GRID_BITS) as f64);
+    for v in [_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t)] {
+        let g = _mm256_mul_pd(_mm256_cvtps_pd(v), scale);
+        *acc = _mm256_add_pd(*acc, _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(g));
+    }
+}
+
+/// One f16 bit pattern as f32 (exact).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn h2f(bits: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Per-row scale buffers: Q4 rows store one 8-float vector per block pair (`[c_b x4 | c_b+1
+/// x4]`), Q8_0 rows one float per block; Q4_1 rows also their minimums as `[m_b, 0, 0, 0 |
+/// m_b+1, 0, 0, 0]` per pair (step 4 adds `m * s` to lane 0 of each block's accumulator).
+#[derive(Clone, Copy)]
+struct Scales {
+    c: [f32; 4 * CHUNK],
+    m: [f32; 4 * CHUNK],
+}
+
+const NO_SCALES: Scales = Scales { c: [0.0; 4 * CHUNK], m: [0.0; 4 * CHUNK] };
+
+thread_local! {
+    /// Scale buffers, one set per thread and reused by every call: zeroing 8 KiB per call (a
+    /// product on a few hundred rows) showed in profiles. Every entry a kernel reads it has
+    /// written in the same call.
+    static SCALES: std::cell::RefCell<[Scales; ROWS]> = const { std::cell::RefCell::new([NO_SCALES; ROWS]) };
+}
+
+/// Steps 2 (and 4's minimums, Q4_1) for blocks `c0..c0 + n` of row `i` into `sc` (laid out
+/// for `T`; `n` at most CHUNK): groups of eight blocks vectorised, the rest one at a time.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales<const T: u8>(op: &Operands, i: usize, c0: usize, n: usize, sc: &mut Scales) {
+    // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+    // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+    // blocks (`operands` checks).
+    unsafe {
+        let row = i * op.nb + c0;
+        let (d, dx) = (op.d.as_ptr().add(row), op.ad.as_ptr().add(c0));
+        let m = op.m.as_ptr().wrapping_add(row); // dereferenced only for Q4_1
+                                                 // Prefetches never fault, so addresses past the end are harmless (and not dereferenced).
+        _mm_prefetch::<_MM_HINT_T0>(d.cast::<i8>().wrapping_add(PREFETCH_SCALES));
+        if T == T_Q4_1 {
+            _mm_prefetch::<_MM_HINT_T0>(m.cast::<i8>().wrapping_add(PREFETCH_SCALES));
+        }
+        let mut j = 0;
+        while j + 8 <= n {
+            let v =
+                _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(d.add(j) as *const __m128i)), _mm256_loadu_ps(dx.add(j)));
+            if T == T_Q8_0 {
+                _mm256_storeu_ps(sc.c.as_mut_ptr().add(j), v);
+            } else {
+                // Pair p of this group: [v[2p] x4 | v[2p+1] x4], and [m[2p], 0, 0, 0 | m[2p+1], ..].
+                let p0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+                let first = _mm256_castsi256_ps(_mm256_setr_epi32(-1, 0, 0, 0, -1, 0, 0, 0));
+                let mw = if T == T_Q4_1 {
+                    _mm256_cvtph_ps(_mm_loadu_si128(m.add(j) as *const __m128i))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                for p in 0..4 {
+                    let idx = _mm256_add_epi32(p0, _mm256_set1_epi32(2 * p as i32));
+                    let at = (j / 2 + p) * 8;
+                    _mm256_storeu_ps(sc.c.as_mut_ptr().add(at), _mm256_permutevar8x32_ps(v, idx));
+                    if T == T_Q4_1 {
+                        let mp = _mm256_and_ps(_mm256_permutevar8x32_ps(mw, idx), first);
+                        _mm256_storeu_ps(sc.m.as_mut_ptr().add(at), mp);
+                    }
+                }
+            }
+            j += 8;
+        }
+        for b in j..n {
+            let c = h2f(*d.add(b)) * *dx.add(b);
+            if T == T_Q8_0 {
+                sc.c[b] = c;
+            } else {
+                // Lanes 0-3 of the pair's vector for an even block, 4-7 for an odd one; an odd
+                // last block leaves its pair's other half zero (see `accumulate`).
+                let base = (b / 2) * 8 + (b % 2) * 4;
+                sc.c[base..base + 4].fill(c);
+                sc.m[base..base + 4].fill(0.0);
+                if T == T_Q4_1 {
+                    sc.m[base] = h2f(*m.add(b));
+                }
+                if b % 2 == 0 {
+                    sc.c[base + 4..base + 8].fill(0.0);
+                    sc.m[base + 4..base + 8].fill(0.0);
+                }
+            }
+        }
+    }
+}
+
+/// The activations' `s` of blocks `c0..c0 + n` laid out like [`Scales::m`] (`[s_b, 0, 0, 0 |
+/// s_b+1, 0, 0, 0]` per pair), for Q4_1's step 4.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pair_sums(op: &Operands, c0: usize, n: usize, out: &mut [f32; 4 * CHUNK]) {
+    // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+    // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+    // blocks (`operands` checks).
+    unsafe {
+        out[..n.next_multiple_of(2) * 4].fill(0.0);
+        for b in 0..n {
+            out[(b / 2) * 8 + (b % 2) * 4] = *op.as_.get_unchecked(c0 + b);
+        }
+    }
+}
+
+/// Blocks per span: whole units, at most [`CHUNK`] of them when a unit fits, else one unit
+/// (taken in chunks of [`CHUNK`], even, so block parity carries over). A unit never straddles
+/// two spans, and chunks never straddle a span boundary.
+fn span_for(unit: usize) -> usize {
+    if unit <= CHUNK {
+        CHUNK / unit * unit
+    } else {
+        unit
+    }
+}
+
+/// One kernel module per instruction set: the same code around a different integer dot
+/// product (`$dot(acc, u, s)` adds the eight lanes of `u` (unsigned bytes) times `s` (signed
+/// bytes), four products a lane, to `acc`).
+macro_rules! kernels {
+    ($name:ident, $features:literal, |$acc:ident, $u:ident, $s:ident| $dot:expr) => {
+        mod $name {
+            use super::*;
+
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot($acc: __m256i, $u: __m256i, $s: __m256i) -> __m256i {
+                $dot
+            }
+
+            /// Lanes of signed weight bytes `w` with activations `a` (the sign trick).
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot_signed(w: __m256i, a: __m256i) -> __m256i {
+                dot(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+            }
+
+            /// Lanes of one 32-byte register of nibbles `nib` (Q4_1) or `nib - 8` (Q4_0) with
+            /// activation bytes `a`.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn dot_nib<const T: u8>(nib: __m256i, a: __m256i) -> __m256i {
+                if T == T_Q4_1 {
+                    dot(_mm256_setzero_si256(), nib, a)
+                } else {
+                    dot_signed(_mm256_sub_epi8(nib, _mm256_set1_epi8(8)), a)
+                }
+            }
+
+            /// Steps 1, 3 and 4 for blocks `c0..c0 + n` of `R` rows, whose scales start at
+            /// block `off` of `sc` and `sp` (even): Q4 rows two blocks a step into `x`/`y` (see
+            /// the module note), Q8_0 rows one block a step into `x` (even blocks, `A`) and `y`
+            /// (odd, `B`).
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn accumulate<const T: u8, const R: usize>(
+                op: &Operands,
+                r0: usize,
+                (c0, n, off): (usize, usize, usize),
+                (sc, sp): (&[Scales; ROWS], &[f32; 4 * CHUNK]),
+                x: &mut [__m256; R],
+                y: &mut [__m256; R],
+            ) {
+                // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+                // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+                // blocks (`operands` checks).
+                unsafe {
+                    let qb = if T == T_Q8_0 { 32 } else { 16 };
+                    let row_q = op.nb * qb;
+                    let qs = op.qs.as_ptr().add(r0 * row_q);
+                    let aq = op.aq.as_ptr();
+                    let mut j = 0;
+                    while j < n {
+                        let b = c0 + j;
+                        let pair = j + 1 < n;
+                        if T == T_Q8_0 {
+                            let a0 = _mm256_loadu_si256(aq.add(b * 32) as *const __m256i);
+                            for i in 0..R {
+                                let p = qs.add(i * row_q + b * 32);
+                                _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH));
+                                let l = _mm256_cvtepi32_ps(dot_signed(_mm256_loadu_si256(p as *const __m256i), a0));
+                                x[i] = _mm256_fmadd_ps(_mm256_set1_ps(sc[i].c[off + j]), l, x[i]);
+                            }
+                            if pair {
+                                let a1 = _mm256_loadu_si256(aq.add(b * 32 + 32) as *const __m256i);
+                                for i in 0..R {
+                                    let p = qs.add(i * row_q + b * 32 + 32);
+                                    let l = _mm256_cvtepi32_ps(dot_signed(_mm256_loadu_si256(p as *const __m256i), a1));
+                                    y[i] = _mm256_fmadd_ps(_mm256_set1_ps(sc[i].c[off + j + 1]), l, y[i]);
+                                }
+                            }
+                        } else {
+                            // An odd last block pairs with a zero block: zero quants and a zero
+                            // scale half, whose fused multiply-adds `fma(0, 0, acc)` leave the odd
+                            // accumulators unchanged (a lane is never -0: it starts at +0, and a
+                            // nonzero scale times a nonzero integer cannot round to zero).
+                            let a0 = _mm256_loadu_si256(aq.add(b * 32) as *const __m256i);
+                            let a1 = if pair {
+                                _mm256_loadu_si256(aq.add(b * 32 + 32) as *const __m256i)
+                            } else {
+                                _mm256_setzero_si256()
+                            };
+                            let alo = _mm256_permute2x128_si256::<0x20>(a0, a1);
+                            let ahi = _mm256_permute2x128_si256::<0x31>(a0, a1);
+                            let low = _mm256_set1_epi8(0x0F);
+                            let s1 = _mm256_loadu_ps(sp.as_ptr().add((off + j) * 4));
+                            for i in 0..R {
+                                let p = qs.add(i * row_q + b * 16);
+                                _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(PREFETCH));
+                                let v = if pair {
+                                    _mm256_loadu_si256(p as *const __m256i)
+                                } else {
+                                    _mm256_zextsi128_si256(_mm_loadu_si128(p as *const __m128i))
+                                };
+                                let lo = _mm256_and_si256(v, low);
+                                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                                let s = _mm256_loadu_ps(sc[i].c.as_ptr().add((off + j) * 4));
+                                x[i] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot_nib::<T>(lo, alo)), x[i]);
+                                y[i] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot_nib::<T>(hi, ahi)), y[i]);
+                                if T == T_Q4_1 {
+                                    // Step 4: lane 0 of each block (X = [A0.. | B0..]) takes m * s.
+                                    let m = _mm256_loadu_ps(sc[i].m.as_ptr().add((off + j) * 4));
+                                    x[i] = _mm256_fmadd_ps(m, s1, x[i]);
+                                }
+                            }
+                        }
+                        j += 2;
+                    }
+                }
+            }
+
+            /// `t = A + B` from the accumulators' layout.
+            #[inline]
+            #[target_feature(enable = $features)]
+            fn lanes<const T: u8>(x: __m256, y: __m256) -> __m256 {
+                if T == T_Q8_0 {
+                    _mm256_add_ps(x, y)
+                } else {
+                    // A = [X.lo | Y.lo], B = [X.hi | Y.hi].
+                    _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(x, y), _mm256_permute2f128_ps::<0x31>(x, y))
+                }
+            }
+
+            /// `R` rows from `r0`: steps 1-5 into `out`, or (`EXACT`) step 6 into `exact`.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn group<const T: u8, const R: usize, const EXACT: bool>(
+                op: &Operands,
+                r0: usize,
+                sc: &mut [Scales; ROWS],
+                out: &mut [f32],
+                exact: &mut [f64],
+            ) {
+                // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+                // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+                // blocks (`operands` checks).
+                unsafe {
+                    let (mut x, mut y) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+                    let mut ex = [_mm256_setzero_pd(); R];
+                    let mut sp = [0f32; 4 * CHUNK];
+                    let unit = if EXACT { op.unit } else { op.nb };
+                    let span = span_for(unit);
+                    let mut c0 = 0;
+                    while c0 < op.nb {
+                        // Chunks restart at every span (whole units), so block parity counts from a
+                        // unit's first block even when a unit takes several chunks.
+                        let n = CHUNK.min(op.nb - c0).min(span - c0 % span);
+                        for i in 0..R {
+                            scales::<T>(op, r0 + i, c0, n, &mut sc[i]);
+                        }
+                        if T == T_Q4_1 {
+                            pair_sums(op, c0, n, &mut sp);
+                        }
+                        // The units (or the part of one) in this chunk.
+                        let mut u = c0;
+                        while u < c0 + n {
+                            let ue = (u - u % unit + unit).min(op.nb).min(c0 + n);
+                            accumulate::<T, R>(op, r0, (u, ue - u, u - c0), (sc, &sp), &mut x, &mut y);
+                            if EXACT && (ue == op.nb || ue % unit == 0) {
+                                for i in 0..R {
+                                    to_grid(lanes::<T>(x[i], y[i]), &mut ex[i]);
+                                    (x[i], y[i]) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                                }
+                            }
+                            u = ue;
+                        }
+                        c0 += n;
+                    }
+                    for i in 0..R {
+                        if EXACT {
+                            exact[i] = hsum_pd(ex[i]);
+                        } else {
+                            out[i] = hsum(lanes::<T>(x[i], y[i]));
+                        }
+                    }
+                }
+            }
+
+            /// All rows: groups of four, then one at a time; into `out`, or (`EXACT`) `exact`.
+            pub(super) unsafe fn rows<const T: u8, const EXACT: bool>(
+                op: &Operands,
+                out: &mut [f32],
+                exact: &mut [f64],
+            ) {
+                // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+                // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+                // blocks (`operands` checks).
+                unsafe {
+                    SCALES.with(|cell| match cell.try_borrow_mut() {
+                        Ok(mut sc) => rows_in::<T, EXACT>(op, out, exact, &mut sc),
+                        // Not reached (no kernel calls another), but never worth a panic.
+                        Err(_) => rows_in::<T, EXACT>(op, out, exact, &mut [NO_SCALES; ROWS]),
+                    })
+                }
+            }
+
+            #[target_feature(enable = $features)]
+            unsafe fn rows_in<const T: u8, const EXACT: bool>(
+                op: &Operands,
+                out: &mut [f32],
+                exact: &mut [f64],
+                sc: &mut [Scales; ROWS],
+            ) {
+                // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+                // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+                // blocks (`operands` checks).
+                unsafe {
+                    let n = if EXACT { exact.len() } else { out.len() };
+                    let mut r = 0;
+                    while r < n {
+                        let k = if r + ROWS <= n { ROWS } else { 1 };
+                        let (o, e) =
+                            if EXACT { (&mut [][..], &mut exact[r..r + k]) } else { (&mut out[r..r + k], &mut [][..]) };
+                        if k == ROWS {
+                            group::<T, ROWS, EXACT>(op, r, sc, o, e);
+                        } else {
+                            group::<T, 1, EXACT>(op, r, sc, o, e);
+                        }
+                        r += k;
+                    }
+                }
+            }
+        }
+    };
+}
+
+kernels!(avx2, "avx2,fma,f16c", |acc, u, s| _mm256_add_epi32(
+    acc,
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+));
+kernels!(vnni, "avx2,fma,f16c,avxvnni", |acc, u, s| _mm256_dpbusd_avx_epi32(acc, u, s));
+
+/// Keeps `reduce8` (the portable statement of step 5) and `hsum` visibly the same formula.
+#[cfg(test)]
+#[test]
+fn hsum_is_reduce8() {
+    if !has_avx2() {
+        return;
+    }
+    let t = [1e8f32, 3.0, -1e8, 7.5, 0.25, -3.0, 1.0, 1e-3];
+    // SAFETY: AVX2 checked above; the array holds 8 floats.
+    let h = unsafe { hsum(_mm256_loadu_ps(t.as_ptr())) };
+    assert_eq!(h.to_bits(), super::reduce8(t).to_bits());
+}
