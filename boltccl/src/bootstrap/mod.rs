@@ -495,7 +495,10 @@ pub(crate) mod sans_io {
 
     /// A valid `Table` reply body.
     pub fn table_reply(job: u64, addrs: &[SocketAddr]) -> Vec<u8> {
-        let peers = addrs.iter().map(|&data_addr| PeerInfo { data_addr, host: "fuzz".into(), host_id: "fuzz".into(), shm: None }).collect();
+        let peers = addrs
+            .iter()
+            .map(|&data_addr| PeerInfo { data_addr, host: "fuzz".into(), host_id: "fuzz".into(), shm: None })
+            .collect();
         serde_json::to_vec(&Reply::Table { job, peers }).expect("a Table encodes")
     }
 
