@@ -286,6 +286,9 @@ struct Totals {
     worker_runs: u64,
     hang_notes: Vec<String>,
     wrong_notes: Vec<String>,
+    /// Why groups did not re-form: each distinct message (digits masked), with the job's fault
+    /// and a count, so the report says what the `init_*` errors were.
+    init_failures: BTreeMap<String, u64>,
 }
 
 fn summary_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
@@ -478,6 +481,10 @@ fn job(seed: u64, t: &mut Totals) {
             let tail: Vec<&str> = o.stderr.lines().rev().take(5).collect();
             t.hang_notes.push(format!("seed {seed} rank {} exited {:?}: {tail:?}", o.rank, o.status));
         }
+        for l in o.stderr.lines().filter_map(|l| l.split_once(": init: ").map(|(_, e)| e)) {
+            let masked: String = l.chars().take(160).map(|c| if c.is_ascii_digit() { '#' } else { c }).collect();
+            *t.init_failures.entry(format!("{fault:?}: {masked}")).or_default() += 1;
+        }
         let Some(s) = o.field("SUMMARY ") else {
             continue;
         };
@@ -545,6 +552,11 @@ fn chaos_soak() {
     }
     for n in t.hang_notes.iter().chain(&t.wrong_notes) {
         eprintln!("  {n}");
+    }
+    let mut init: Vec<(&String, &u64)> = t.init_failures.iter().collect();
+    init.sort_by(|a, b| b.1.cmp(a.1));
+    for (why, count) in init.iter().take(12) {
+        println!("  init failed {count}x after {why}");
     }
     assert_eq!(t.wrong, 0, "wrong answers: {:?}", t.wrong_notes);
     assert_eq!(t.hangs, 0, "hangs: {:?}", t.hang_notes);
