@@ -463,6 +463,7 @@ impl Core {
             timeout: self.shared.cfg.timeout,
             op: call.name(),
             interrupt: self.shared.interrupt.lock().clone(),
+            bytes: call.count * call.dtype.size(),
         };
         let mut link = Link {
             t: &mut **transport,

@@ -1,7 +1,7 @@
 //! A group's links: per peer, the channel that serves it, and the control plane, driven by
 //! the progress engine.
 
-use super::progress::{Channel, Control, Engine, WaitPolicy};
+use super::progress::{Channel, Control, Engine, Pace, WaitPolicy};
 use super::tcp::TcpChannel;
 use super::{control::StarControl, Limits, LinkKind, OnRecv, RecvOp, SendOp, Transport};
 use crate::algo::select::Cabling;
@@ -27,7 +27,7 @@ impl Mesh {
         control: Box<dyn Control>,
         wait: WaitPolicy,
     ) -> Mesh {
-        let engine = Engine { channels: vec![channel], route: vec![0; size], control, wait };
+        let engine = Engine { channels: vec![channel], route: vec![0; size], control, wait, pace: Pace::default() };
         Mesh { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
     }
 

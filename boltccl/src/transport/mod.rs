@@ -58,6 +58,8 @@ pub struct Limits {
     pub op: &'static str,
     /// Run while blocked; `true` interrupts the call.
     pub interrupt: Option<InterruptCheck>,
+    /// The call's size in bytes (its count of elements), for the wait policy.
+    pub bytes: usize,
 }
 
 impl Limits {

@@ -91,6 +91,18 @@ pub const DEFAULT_POLL: Duration = Duration::from_millis(1);
 /// (ksoftirqd) on its core, delaying the very packet it waits for.
 pub const MAX_HARD_SPIN: Duration = Duration::from_micros(50);
 
+/// How long a rank on a host with more ranks than cores yield-polls, while its recent waits
+/// have been short.
+pub const SHARED_CORE_POLL: Duration = Duration::from_micros(50);
+/// Waits that short mean the ranks are trading messages, not waiting on each other's compute:
+/// yield-polling then answers in microseconds where a sleep costs a wake-up each hop.
+pub const QUICK_WAIT: Duration = Duration::from_micros(200);
+/// Calls larger than this do not poll on shared cores: their time goes into copying, and a
+/// polling rank takes CPU from the ranks that copy. Measured at
+/// 4 ranks on 2 cores (2026-11-30): polling made 1 KiB all_sums 7.6x faster (80 -> 10.5 us)
+/// and 1 MiB ones 1.2x, but 16 MiB ones 1.2x slower.
+pub const SHARED_CORE_POLL_MAX_BYTES: usize = 2 << 20;
+
 /// How a blocked exchange waits for progress: spin hard (lowest latency), then yield the CPU
 /// between checks (lets co-located ranks and the kernel's network work run), then sleep in
 /// the kernel. Hard spinning is only allowed when this host runs no more ranks than cores.
@@ -100,6 +112,30 @@ pub struct WaitPolicy {
     pub hard: Duration,
     /// Keep checking, yielding between checks, until this long after the last progress.
     pub soft: Duration,
+    /// Ranks outnumber cores and no budget was set: yield-poll for [`SHARED_CORE_POLL`] only
+    /// while recent waits were quick (see [`Pace`]), else sleep at once.
+    pub adaptive: bool,
+}
+
+/// The recent waits of one rank: an average of the longest wait without progress in each
+/// exchange. Ranks that only trade messages wait microseconds; a rank waiting for a peer that
+/// computes on a shared core waits far longer, and polling would take that peer's CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pace {
+    longest: Duration,
+}
+
+impl Pace {
+    /// Fold in an exchange whose longest wait was `longest` (a quarter weight: one long wait
+    /// does not undo a run of quick ones, a few do).
+    pub fn record(&mut self, longest: Duration) {
+        self.longest = (self.longest * 3 + longest) / 4;
+    }
+
+    /// Whether recent waits were quick.
+    pub fn quick(&self) -> bool {
+        self.longest < QUICK_WAIT
+    }
 }
 
 /// What a waiting loop should do next.
@@ -125,10 +161,11 @@ impl WaitPolicy {
     /// example at 3 ranks on 2 cores: all_sum's communication share fell from 14% to 7%.
     pub fn for_host(local_ranks: usize, cores: usize, budget: Option<Duration>) -> WaitPolicy {
         if local_ranks > cores {
-            return WaitPolicy { hard: Duration::ZERO, soft: budget.unwrap_or(Duration::ZERO) };
+            let soft = budget.unwrap_or(SHARED_CORE_POLL);
+            return WaitPolicy { hard: Duration::ZERO, soft, adaptive: budget.is_none() };
         }
         let soft = budget.unwrap_or(DEFAULT_POLL);
-        WaitPolicy { hard: (soft / 4).min(MAX_HARD_SPIN), soft }
+        WaitPolicy { hard: (soft / 4).min(MAX_HARD_SPIN), soft, adaptive: false }
     }
 
     /// The policy for `local_ranks` ranks on this host.
@@ -137,11 +174,12 @@ impl WaitPolicy {
         WaitPolicy::for_host(local_ranks, cores, budget)
     }
 
-    /// The next step after `idle` without progress.
-    pub fn step(&self, idle: Duration) -> WaitStep {
+    /// The next step after `idle` without progress in a call of `bytes`, given the rank's
+    /// recent waits.
+    pub fn step(&self, idle: Duration, bytes: usize, pace: &Pace) -> WaitStep {
         if idle < self.hard {
             WaitStep::Spin
-        } else if idle < self.soft {
+        } else if idle < self.soft && (!self.adaptive || (pace.quick() && bytes <= SHARED_CORE_POLL_MAX_BYTES)) {
             WaitStep::Yield
         } else {
             WaitStep::Block
@@ -156,6 +194,7 @@ pub(crate) struct Engine {
     pub route: Vec<usize>,
     pub control: Box<dyn Control>,
     pub wait: WaitPolicy,
+    pub pace: Pace,
 }
 
 impl Engine {
@@ -227,9 +266,10 @@ impl Engine {
         on_recv: &mut OnRecv<'_>,
         limits: &Limits,
     ) -> Result<()> {
-        let Engine { channels, control, wait, .. } = self;
+        let Engine { channels, control, wait, pace, .. } = self;
         let start = Instant::now();
         let mut last_progress = start;
+        let mut longest = Duration::ZERO;
         let (mut next_control, mut next_interrupt) = (start + CONTROL_CHECK, start + INTERRUPT_EVERY);
         loop {
             let mut moved = false;
@@ -237,8 +277,14 @@ impl Engine {
                 moved |= ch.pump(sends, recvs, on_recv)?;
             }
             let waiting_on = channels.iter().find_map(|c| c.waiting_on());
-            let Some(blocked) = waiting_on else { return Ok(()) };
             let now = Instant::now();
+            if moved {
+                longest = longest.max(now.duration_since(last_progress));
+            }
+            let Some(blocked) = waiting_on else {
+                pace.record(longest);
+                return Ok(());
+            };
             if now >= next_control {
                 next_control = now + CONTROL_CHECK;
                 check(channels, control.as_mut())?;
@@ -251,7 +297,7 @@ impl Engine {
                 last_progress = now;
                 continue;
             }
-            match wait.step(now.duration_since(last_progress)) {
+            match wait.step(now.duration_since(last_progress), limits.bytes, pace) {
                 WaitStep::Spin => {
                     std::hint::spin_loop();
                     continue;
@@ -320,21 +366,54 @@ mod tests {
     #[test]
     fn never_spins_hard_when_ranks_outnumber_cores() {
         let us = Duration::from_micros;
+        let quick = Pace::default();
         let p = WaitPolicy::for_host(2, 2, None);
         assert_eq!(
-            (p.step(us(1)), p.step(us(60)), p.step(us(1100))),
+            (p.step(us(1), 0, &quick), p.step(us(60), 0, &quick), p.step(us(1100), 0, &quick)),
             (WaitStep::Spin, WaitStep::Yield, WaitStep::Block)
         );
         let p = WaitPolicy::for_host(4, 2, None);
-        assert_eq!(p.step(us(0)), WaitStep::Block);
+        assert_eq!((p.step(us(0), 0, &quick), p.step(us(60), 0, &quick)), (WaitStep::Yield, WaitStep::Block));
         let p = WaitPolicy::for_host(4, 2, Some(us(50)));
-        assert_eq!((p.step(us(0)), p.step(us(60))), (WaitStep::Yield, WaitStep::Block));
+        assert_eq!((p.step(us(0), 0, &quick), p.step(us(60), 0, &quick)), (WaitStep::Yield, WaitStep::Block));
         let p = WaitPolicy::for_host(1, 8, Some(Duration::ZERO));
-        assert_eq!(p.step(us(0)), WaitStep::Block);
+        assert_eq!(p.step(us(0), 0, &quick), WaitStep::Block);
         let p = WaitPolicy::for_host(1, 8, Some(us(400)));
         assert_eq!(
-            (p.step(us(40)), p.step(us(60)), p.step(us(400))),
+            (p.step(us(40), 0, &quick), p.step(us(60), 0, &quick), p.step(us(400), 0, &quick)),
             (WaitStep::Spin, WaitStep::Yield, WaitStep::Block)
         );
+    }
+
+    /// With more ranks than cores, a rank whose recent waits were long (its peers compute on
+    /// the shared cores) sleeps at once; after a few quick waits it polls again. A budget set
+    /// by the user is kept whatever the waits.
+    #[test]
+    fn shared_cores_poll_only_while_waits_are_quick() {
+        let us = Duration::from_micros;
+        let p = WaitPolicy::for_host(4, 2, None);
+        let mut pace = Pace::default();
+        for _ in 0..4 {
+            pace.record(us(2_000));
+        }
+        assert!(!pace.quick());
+        assert_eq!(p.step(us(0), 0, &pace), WaitStep::Block);
+        let fixed = WaitPolicy::for_host(4, 2, Some(us(50)));
+        assert_eq!(fixed.step(us(0), 0, &pace), WaitStep::Yield);
+        let mut quick_again = 0;
+        while !pace.quick() {
+            pace.record(us(20));
+            quick_again += 1;
+        }
+        assert!((2..=12).contains(&quick_again), "{quick_again} quick waits to poll again");
+        assert_eq!(p.step(us(0), 0, &pace), WaitStep::Yield);
+        // Large calls sleep: their time goes into copies that polling would slow.
+        assert_eq!(p.step(us(0), SHARED_CORE_POLL_MAX_BYTES + 1, &pace), WaitStep::Block);
+        // One long wait among quick ones does not stop the polling.
+        for _ in 0..10 {
+            pace.record(us(20));
+        }
+        pace.record(us(400));
+        assert!(pace.quick());
     }
 }
