@@ -2,10 +2,11 @@
 # What tensor parallelism buys the inference example (SmolLM2-135M-Instruct Q4_1 GGUF, CPU
 # backend, greedy), next to llama.cpp (llama-cpp-python) on the same file and the same cores.
 # Each rank of a TP=2 run is a process pinned to a core of its own, so the two ranks stand in for
-# two machines (joined here by TCP on localhost). Rows, run ROUNDS times interleaved (medians):
+# two machines (joined here by shared memory, as ranks on one host are). Rows, run ROUNDS
+# times interleaved (medians):
 #   TP=1 on cores 0-1 (2 threads)    llama.cpp on cores 0-1 (2 threads)
 #   TP=1 on core 0 (1 thread)        llama.cpp on core 0 (1 thread)
-#   TP=2, rank r on core r (1 thread each), processes over TCP
+#   TP=2, rank r on core r (1 thread each), processes (shared memory between them)
 #   TP=2, the same as two threads of one process (boltccl's in-memory transport)
 #   TP=3, three processes on the two cores (a correctness row: more ranks than cores)
 # plus the all_sum share of rank 0's decode time, rank 0's resident size, and whether each run
@@ -114,9 +115,9 @@ row tp1x2 "boltccl-llm TP=1, 2 threads" "$C0,$C1"
 [ "$have_llama" = 1 ] && row llama2 "llama.cpp, 2 threads" "$C0,$C1"
 row tp1x1 "boltccl-llm TP=1, 1 thread" "$C0"
 [ "$have_llama" = 1 ] && row llama1 "llama.cpp, 1 thread" "$C0"
-row tp2 "boltccl-llm TP=2, 1 process per core (TCP)" "$C0 + $C1"
+row tp2 "boltccl-llm TP=2, 1 process per core (shared memory)" "$C0 + $C1"
 row tp2mem "boltccl-llm TP=2, 2 threads of 1 process (in-memory)" "$C0,$C1"
-row tp3 "boltccl-llm TP=3, 3 processes on 2 cores (TCP)" "$C0,$C1"
+row tp3 "boltccl-llm TP=3, 3 processes on 2 cores (shared memory)" "$C0,$C1"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "?" }'; }
 echo
 echo "TP=2 (one core per rank, TCP) / TP=1 on one core: $(ratio "$(tok tp2)" "$(tok tp1x1)")"
