@@ -120,11 +120,11 @@ row tp2mem "boltccl-llm TP=2, 2 threads of 1 process (in-memory)" "$C0,$C1"
 row tp3 "boltccl-llm TP=3, 3 processes on 2 cores (shared memory)" "$C0,$C1"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "?" }'; }
 echo
-echo "TP=2 (one core per rank, TCP) / TP=1 on one core: $(ratio "$(tok tp2)" "$(tok tp1x1)")"
+echo "TP=2 (one core per rank) / TP=1 on one core: $(ratio "$(tok tp2)" "$(tok tp1x1)")"
 echo "TP=2 (two threads, in-memory) / TP=1 on one core: $(ratio "$(tok tp2mem)" "$(tok tp1x1)")"
 if [ "$have_llama" = 1 ]; then
   echo "TP=1 2 threads / llama.cpp 2 threads: $(ratio "$(tok tp1x2)" "$(tok llama2)")"
-  echo "TP=2 (one core per rank, TCP) / llama.cpp on one core: $(ratio "$(tok tp2)" "$(tok llama1)")"
+  echo "TP=2 (one core per rank) / llama.cpp on one core: $(ratio "$(tok tp2)" "$(tok llama1)")"
   echo "TP=2 (two threads, in-memory) / llama.cpp on one core: $(ratio "$(tok tp2mem)" "$(tok llama1)")"
 else
   echo "llama.cpp rows not run (set LLAMA_PY to a Python with llama-cpp-python)"
