@@ -423,6 +423,9 @@ fn hostile_world(n: usize) {
             .env("HOSTILE_RANK", hostile_rank.to_string())
             .env("BOLTCCL_TIMEOUT_MS", TIMEOUT_MS.to_string())
             .env("BOLTCCL_INIT_TIMEOUT_MS", "4000")
+            // The hostile speaks TCP only (it writes the frames itself), so the honest ranks
+            // must not agree on shared memory among themselves.
+            .env("BOLTCCL_BACKEND", "tcp")
             .env("BOLTCCL_LOG", "warn")
             .start(honest.clone());
         let mut addrs = Vec::new();
