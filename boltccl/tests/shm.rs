@@ -128,14 +128,12 @@ fn nothing_is_left_behind_when_ranks_are_killed_at_any_moment() {
 /// Another user cannot read a rank's shared memory, even knowing where it is.
 #[test]
 fn other_users_cannot_read_the_segments() {
-    let mut ranks = job(2, "files").spawn();
-    let mut stdout = ranks.children[0].stdout.take().unwrap();
-    let mut text = String::new();
+    let ranks = job(2, "files").spawn();
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut text = ranks.stdout_so_far(0);
     while !text.contains("SEGMENT") && Instant::now() < deadline {
-        let mut b = [0u8; 256];
-        let n = std::io::Read::read(&mut stdout, &mut b).unwrap();
-        text.push_str(&String::from_utf8_lossy(&b[..n]));
+        std::thread::sleep(Duration::from_millis(10));
+        text = ranks.stdout_so_far(0);
     }
     let path = text
         .lines()

@@ -226,36 +226,38 @@ impl Engine {
     }
 
     /// `err` names the rank whose link failed or went silent; that rank is often a bystander.
-    /// When a rank dies, its peers fail, take back what they lent and leave, and a third rank
-    /// may see that first. So look, for a moment, for the cause: another rank's abort (it
-    /// names its own cause), or a rank whose process is known to have exited.
+    /// When a call fails somewhere (a mismatch, a death), the ranks that saw it fail, take back
+    /// what they lent and leave, and a third rank may see that first. So look, for a moment,
+    /// for the cause: another rank's abort (it names its own cause) is the best; failing that,
+    /// a rank whose process is known to have exited (it may have exited because of the abort
+    /// still on its way, so it is only the fallback).
     fn explain(&mut self, err: Error) -> Error {
         let named = match &err {
             Error::PeerLost { rank, .. } | Error::Timeout { rank, .. } => *rank,
             _ => return err,
         };
         let until = Instant::now() + EXPLAIN_WAIT;
+        let mut exited = None;
         loop {
             if let Some(e @ (Error::Aborted { .. } | Error::PeerLost { .. })) = self.control.check() {
                 return e;
             }
-            match self.channels.iter().find_map(|c| c.gone()) {
-                Some(dead) if dead == named && matches!(err, Error::PeerLost { .. }) => return err,
-                Some(dead) if dead == named => {
-                    return Error::PeerLost { rank: dead, detail: "its process exited or was killed".into() }
-                }
-                Some(dead) => {
-                    return Error::PeerLost {
-                        rank: dead,
-                        detail: format!("its process exited or was killed (what this rank saw first: {err})"),
-                    }
-                }
-                None => {}
-            }
+            exited = exited.or_else(|| self.channels.iter().find_map(|c| c.gone()));
             if self.control.settled() || Instant::now() >= until {
-                return err;
+                break;
             }
             std::thread::sleep(Duration::from_millis(5));
+        }
+        match exited {
+            Some(dead) if dead == named && matches!(err, Error::PeerLost { .. }) => err,
+            Some(dead) if dead == named => {
+                Error::PeerLost { rank: dead, detail: "its process exited or was killed".into() }
+            }
+            Some(dead) => Error::PeerLost {
+                rank: dead,
+                detail: format!("its process exited or was killed (what this rank saw first: {err})"),
+            },
+            None => err,
         }
     }
 

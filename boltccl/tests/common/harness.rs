@@ -171,6 +171,11 @@ impl Ranks {
         Job::new(n, test_name).envs(env.iter().map(|(k, v)| (k.as_ref().to_string(), v.clone()))).spawn()
     }
 
+    /// What rank `i` (in start order) has written to stdout so far.
+    pub fn stdout_so_far(&self, i: usize) -> String {
+        String::from_utf8_lossy(&self.outputs[i].0 .0.lock().unwrap()).into_owned()
+    }
+
     fn draining(mut children: Vec<Child>) -> Ranks {
         let outputs = children.iter_mut().map(|c| (drain(c.stdout.take()), drain(c.stderr.take()))).collect();
         Ranks { children, outputs }
