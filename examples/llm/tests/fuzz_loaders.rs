@@ -65,19 +65,7 @@ fn valid_gguf() -> (Vec<u8>, usize) {
         };
         raw.push(RawTensor { name: g, shape: t.shape.clone(), ty, bytes });
     }
-    let meta = [
-        ("general.architecture", Meta::Str("llama".into())),
-        ("general.alignment", Meta::U32(32)),
-        ("llama.embedding_length", Meta::U32(s.hidden as u32)),
-        ("llama.block_count", Meta::U32(s.layers as u32)),
-        ("llama.feed_forward_length", Meta::U32(s.ffn as u32)),
-        ("llama.attention.head_count", Meta::U32(s.heads as u32)),
-        ("llama.attention.head_count_kv", Meta::U32(s.kv_heads as u32)),
-        ("llama.rope.dimension_count", Meta::U32(s.head_dim as u32)),
-        ("llama.rope.freq_base", Meta::F32(10000.0)),
-        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
-        ("llama.context_length", Meta::U32(256)),
-    ];
+    let meta = gw::llama_meta(&s);
     let bytes = gw::write(&meta, &raw);
     let data: usize = raw.iter().map(|t| t.bytes.len().div_ceil(32) * 32).sum();
     let header = bytes.len() - data;

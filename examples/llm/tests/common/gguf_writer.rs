@@ -159,6 +159,23 @@ fn encode(hf: &str, data: &[f32]) -> (String, u32, (Vec<u8>, Vec<f32>)) {
     (g, ty, enc)
 }
 
+/// The metadata of a llama GGUF file for the model `s` describes.
+pub fn llama_meta(s: &super::Spec) -> [(&'static str, Meta); 11] {
+    [
+        ("general.architecture", Meta::Str("llama".into())),
+        ("general.alignment", Meta::U32(32)),
+        ("llama.embedding_length", Meta::U32(s.hidden as u32)),
+        ("llama.block_count", Meta::U32(s.layers as u32)),
+        ("llama.feed_forward_length", Meta::U32(s.ffn as u32)),
+        ("llama.attention.head_count", Meta::U32(s.heads as u32)),
+        ("llama.attention.head_count_kv", Meta::U32(s.kv_heads as u32)),
+        ("llama.rope.dimension_count", Meta::U32(s.head_dim as u32)),
+        ("llama.rope.freq_base", Meta::F32(10000.0)),
+        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
+        ("llama.context_length", Meta::U32(256)),
+    ]
+}
+
 /// A llama GGUF file for `s`'s seeded weights (quantised per [`encode`]) and its dequantised
 /// safetensors twin: (GGUF path, safetensors directory).
 pub fn build_with(s: &super::Spec) -> (std::path::PathBuf, std::path::PathBuf) {
@@ -171,19 +188,7 @@ pub fn build_with(s: &super::Spec) -> (std::path::PathBuf, std::path::PathBuf) {
         raw.push(RawTensor { name: g, shape: t.shape.clone(), ty, bytes });
         dense.push((name, Tensor { shape: t.shape, data: values }));
     }
-    let meta = [
-        ("general.architecture", Meta::Str("llama".into())),
-        ("general.alignment", Meta::U32(32)),
-        ("llama.embedding_length", Meta::U32(s.hidden as u32)),
-        ("llama.block_count", Meta::U32(s.layers as u32)),
-        ("llama.feed_forward_length", Meta::U32(s.ffn as u32)),
-        ("llama.attention.head_count", Meta::U32(s.heads as u32)),
-        ("llama.attention.head_count_kv", Meta::U32(s.kv_heads as u32)),
-        ("llama.rope.dimension_count", Meta::U32(s.head_dim as u32)),
-        ("llama.rope.freq_base", Meta::F32(10000.0)),
-        ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
-        ("llama.context_length", Meta::U32(256)),
-    ];
+    let meta = llama_meta(s);
     let dir = super::temp_dir("gguf");
     let path = dir.join("tiny.gguf");
     std::fs::write(&path, write(&meta, &raw)).unwrap();
