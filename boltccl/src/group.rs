@@ -4,7 +4,7 @@
 //! started without waiting are queued and run by the group's progress thread
 //! ([`crate::request`]).
 
-use crate::algo::select::{select, Cabling};
+use crate::algo::select::{chunk_bytes, select, Cabling};
 use crate::algo::{direct, mesh, p2p, ring, ring_ops, Link, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
@@ -106,6 +106,14 @@ pub(crate) struct Core {
     state: Mutex<State>,
     /// The cabling among the members, in group order.
     cabling: Cabling,
+    /// The pipelining unit of this group's calls.
+    chunk: usize,
+}
+
+/// The pipelining unit of a group of `members` (transport ranks, `me` among them).
+fn chunk_of(shared: &Shared, members: &[usize], me: usize) -> usize {
+    let all_shm = members.iter().enumerate().all(|(i, &q)| i == me || shared.kinds[q] == LinkKind::SharedMemory);
+    chunk_bytes(&shared.cfg, members.len(), all_shm)
 }
 
 /// How a call gets the group's call state.
@@ -155,16 +163,19 @@ impl Group {
         if cabling.shape() == crate::algo::select::Shape::Ring {
             tracing::info!("the RDMA links form a ring, not a full mesh: large collectives use the ring algorithms");
         }
+        let shared = Arc::new(Shared {
+            transport: Mutex::new(t),
+            poison: Mutex::new(None),
+            interrupt: Mutex::new(None),
+            cfg,
+            cabling: cabling.clone(),
+            kinds,
+        });
+        let members: Vec<usize> = (0..size).collect();
         Group::from_core(Core {
-            shared: Arc::new(Shared {
-                transport: Mutex::new(t),
-                poison: Mutex::new(None),
-                interrupt: Mutex::new(None),
-                cfg,
-                cabling: cabling.clone(),
-                kinds,
-            }),
-            members: (0..size).collect(),
+            chunk: chunk_of(&shared, &members, rank),
+            shared,
+            members,
             me: rank,
             id: 0,
             state: Mutex::new(State::new(size)),
@@ -236,6 +247,12 @@ impl Group {
     /// The settings this group was formed with.
     pub fn config(&self) -> &Config {
         &self.core.shared.cfg
+    }
+
+    /// The pipelining unit of this group's calls, in bytes: `BOLTCCL_CHUNK_BYTES`, or under
+    /// `auto` 1 MiB, and up to 8 MiB when every pair of the group is shared memory.
+    pub fn chunk_bytes(&self) -> usize {
+        self.core.chunk
     }
 
     /// Byte-level calls with the element type as a value: for language bindings, which hold
@@ -391,6 +408,7 @@ impl Group {
         let size = members.len();
         Ok(Some(Group::from_core(Core {
             cabling: core.shared.cabling.subset(&members),
+            chunk: chunk_of(&core.shared, &members, me),
             shared: core.shared.clone(),
             members,
             me,
@@ -465,14 +483,8 @@ impl Core {
             interrupt: self.shared.interrupt.lock().clone(),
             bytes: call.count * call.dtype.size(),
         };
-        let mut link = Link {
-            t: &mut **transport,
-            members: &self.members,
-            me: self.me,
-            base,
-            chunk: self.shared.cfg.chunk_bytes,
-            limits,
-        };
+        let mut link =
+            Link { t: &mut **transport, members: &self.members, me: self.me, base, chunk: self.chunk, limits };
         let r = f(&mut link, &mut st.scratch);
         if let Err(e) = &r {
             tracing::debug!("call failed: {e}");

@@ -22,7 +22,7 @@ fn run_in_process(n: usize, algo: Algo) -> Vec<u64> {
     // Small rings, so frames wrap around them and writers wait for room.
     let cfg = Config {
         algo,
-        chunk_bytes: CHUNK,
+        chunk_bytes: Some(CHUNK),
         mesh_max_bytes: 256,
         shm_ring_bytes: 4096,
         timeout: Duration::from_secs(20),
@@ -157,7 +157,7 @@ fn shm_processes_every_world_size_and_algorithm() {
 #[test]
 fn pulls_between_threads_give_the_same_bits() {
     let digest = |pull: usize| {
-        let cfg = Config { chunk_bytes: 4096, shm_pull_bytes: pull, mesh_max_bytes: 256, ..Config::default() };
+        let cfg = Config { chunk_bytes: Some(4096), shm_pull_bytes: pull, mesh_max_bytes: 256, ..Config::default() };
         on_threads(Group::local_world_with(3, &cfg), |_, g| suite(g))[0]
     };
     assert_eq!(digest(4096), digest(0));
@@ -170,8 +170,12 @@ fn pulls_between_threads_give_the_same_bits() {
 fn ring_collectives_across_segments() {
     let n = 5000;
     for p in [2, 3, 5] {
-        let cfg =
-            Config { algo: Algo::Ring, chunk_bytes: CHUNK, timeout: Duration::from_secs(20), ..Config::default() };
+        let cfg = Config {
+            algo: Algo::Ring,
+            chunk_bytes: Some(CHUNK),
+            timeout: Duration::from_secs(20),
+            ..Config::default()
+        };
         on_threads(Group::local_world_with(p, &cfg), move |r, g| {
             let mine: Vec<f32> = (0..n).map(|i| (r * 10_000 + i) as f32).collect();
             let mut all = vec![-1.0f32; n * p];

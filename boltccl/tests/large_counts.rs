@@ -160,7 +160,7 @@ fn packing_is_checked_in_this_build() {
 }
 
 fn cfg(algo: Algo) -> Config {
-    Config { algo, chunk_bytes: 64, timeout: Duration::from_secs(60), ..Config::default() }
+    Config { algo, chunk_bytes: Some(64), timeout: Duration::from_secs(60), ..Config::default() }
 }
 
 #[test]

@@ -246,7 +246,8 @@ fn lengths(p: usize, elem: usize) -> Vec<usize> {
 /// Every rank's result of the ring all-reduce (in place and out of place alternate) in process.
 fn run_ring<T: Float>(op: ReduceOp, inputs: &[Vec<T>], in_place: bool) -> Vec<Vec<T>> {
     let p = inputs.len();
-    let cfg = Config { algo: Algo::Ring, chunk_bytes: CHUNK, timeout: Duration::from_secs(30), ..Config::default() };
+    let cfg =
+        Config { algo: Algo::Ring, chunk_bytes: Some(CHUNK), timeout: Duration::from_secs(30), ..Config::default() };
     let ins = inputs.to_vec();
     on_threads(Group::local_world_with(p, &cfg), move |r, g| {
         assert_eq!(g.algorithm(boltccl::Collective::AllReduce, 4096), Algo::Ring);
@@ -336,7 +337,7 @@ fn ring_over_tcp_matches_the_documented_fold_order() {
                 coordinator: Some(format!("127.0.0.1:{port}")),
                 job_key: Some("ring".into()),
                 algo: Algo::Ring,
-                chunk_bytes: CHUNK,
+                chunk_bytes: Some(CHUNK),
                 timeout: Duration::from_secs(30),
                 init_timeout: Duration::from_secs(20),
                 ..Config::default()

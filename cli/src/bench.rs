@@ -314,7 +314,7 @@ fn print_header(g: &Group, args: &BenchArgs, links: &str) {
         "# boltccl bench: {} ranks, float32, BOLTCCL_ALGO {}, chunk {}, budget {} s per size, busy-poll {}",
         g.size(),
         cfg.algo.name(),
-        human(cfg.chunk_bytes),
+        human(g.chunk_bytes()),
         args.budget_s,
         cfg.spin.map(|d| format!("{} us", d.as_micros())).unwrap_or_else(|| "auto".into())
     );

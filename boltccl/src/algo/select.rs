@@ -1,7 +1,8 @@
 //! Which algorithm a call runs: a pure function of the collective, its size, the cabling and
 //! the agreed settings, so every rank picks the same one (and `boltccl doctor` can say which).
 
-use crate::config::{Algo, Config};
+use super::SCRATCH_BUDGET;
+use crate::config::{Algo, Config, NET_CHUNK_BYTES, SHM_CHUNK_BYTES};
 use crate::types::Collective;
 
 /// Which pairs of a group's ranks have a fast direct link (RDMA cables), in group order.
@@ -91,6 +92,26 @@ pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -
     }
 }
 
+/// The pipelining unit of a group of `size` ranks: `BOLTCCL_CHUNK_BYTES` when set; under
+/// `auto`, 1 MiB when any pair crosses a network (smaller pieces keep the links busy while
+/// earlier ones are reduced), and the largest piece up to 8 MiB that keeps one piece per peer
+/// within [`SCRATCH_BUDGET`] when every pair is shared memory: there each piece costs a
+/// hand-off between two processes (the receiver's copy, then the sender's next turn) that
+/// nothing on a wire hides. Measured 2026-11-30, 2 ranks, 16 MiB all_sum: 6.0-6.4 GB/s bus
+/// bandwidth with 8 MiB pieces against 2.9-3.7 with 1 MiB.
+///
+/// Every member computes the same: a pair's link kind follows from what bootstrap told every
+/// rank, and a rank whose links to all other members are shared memory shares their host.
+pub fn chunk_bytes(cfg: &Config, size: usize, all_shared_memory: bool) -> usize {
+    match cfg.chunk_bytes {
+        Some(chunk) => chunk,
+        None if all_shared_memory && size > 1 => {
+            (SCRATCH_BUDGET / (size - 1) / 4096 * 4096).clamp(NET_CHUNK_BYTES, SHM_CHUNK_BYTES)
+        }
+        None => NET_CHUNK_BYTES,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +121,26 @@ mod tests {
     fn ring4() -> Cabling {
         let l = (0..4).map(|i| (0..4).map(|j| i == j || (i + 1) % 4 == j || (j + 1) % 4 == i).collect()).collect();
         Cabling::from_links(l)
+    }
+
+    #[test]
+    fn chunks() {
+        let auto = Config::default();
+        let set = Config { chunk_bytes: Some(4096), ..Config::default() };
+        // A set chunk holds everywhere; auto: 1 MiB with a network link, 8 MiB for 2 or 3
+        // ranks on shared memory, then the scratch budget over the peers, never under 1 MiB.
+        assert_eq!(chunk_bytes(&set, 4, true), 4096);
+        assert_eq!(chunk_bytes(&auto, 2, false), 1 << 20);
+        assert_eq!(chunk_bytes(&auto, 2, true), 8 << 20);
+        assert_eq!(chunk_bytes(&auto, 3, true), 8 << 20);
+        assert_eq!(chunk_bytes(&auto, 4, true), 5_591_040);
+        assert_eq!(chunk_bytes(&auto, 8, true), 2_396_160);
+        assert_eq!(chunk_bytes(&auto, 32, true), 1 << 20);
+        assert_eq!(chunk_bytes(&auto, 1, true), 1 << 20);
+        for n in 2..=64 {
+            let c = chunk_bytes(&auto, n, true);
+            assert!(c % 4096 == 0 && (n - 1) * c <= SCRATCH_BUDGET.max((n - 1) << 20), "{n} ranks: {c}");
+        }
     }
 
     #[test]

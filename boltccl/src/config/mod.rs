@@ -91,8 +91,9 @@ pub struct Config {
     pub shm_ring_bytes: usize,
     /// Smallest payload pulled in one copy between ranks of one host (0: never).
     pub shm_pull_bytes: usize,
-    /// Pipelining chunk size in bytes.
-    pub chunk_bytes: usize,
+    /// Pipelining chunk size in bytes; `None` (`auto`): chosen per group from its links
+    /// ([`crate::Group::chunk_bytes`] says which).
+    pub chunk_bytes: Option<usize>,
     /// Auto selection: reductions up to this size use the mesh algorithm.
     pub mesh_max_bytes: usize,
     /// TCP connections per peer.
@@ -133,7 +134,7 @@ impl Default for Config {
             algo: Algo::Auto,
             shm_ring_bytes: 0,
             shm_pull_bytes: 0,
-            chunk_bytes: 0,
+            chunk_bytes: None,
             mesh_max_bytes: 0,
             tcp_streams: 0,
             spin: None,
@@ -153,6 +154,11 @@ impl Default for Config {
         c
     }
 }
+
+/// The `auto` chunk of a group with any network link (TCP, RDMA).
+pub const NET_CHUNK_BYTES: usize = 1 << 20;
+/// The largest `auto` chunk of a group whose every pair is shared memory.
+pub const SHM_CHUNK_BYTES: usize = 8 << 20;
 
 /// Smallest chunk allowed: small enough for tests to reach multi-chunk paths with tiny buffers.
 pub const MIN_CHUNK_BYTES: usize = 64;
@@ -233,10 +239,10 @@ impl Config {
                 self.world_size - 1
             )));
         }
-        if !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(&self.chunk_bytes) || self.chunk_bytes % 8 != 0 {
+        if let Some(chunk) = self.chunk_bytes.filter(|c| !(MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES).contains(c) || c % 8 != 0)
+        {
             return Err(Error::Config(format!(
-                "{CHUNK_BYTES}={}: must be a multiple of 8 between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES}",
-                self.chunk_bytes
+                "{CHUNK_BYTES}={chunk}: must be auto or a multiple of 8 between {MIN_CHUNK_BYTES} and {MAX_CHUNK_BYTES}"
             )));
         }
         if self.shm_ring_bytes < 4096 || self.shm_ring_bytes % 64 != 0 || self.shm_ring_bytes > 1 << 30 {
@@ -295,7 +301,7 @@ impl Config {
     pub(crate) fn agreed_settings(&self, links: &str) -> Vec<(String, String)> {
         vec![
             (ALGO.to_string(), self.algo.name().to_string()),
-            (CHUNK_BYTES.to_string(), self.chunk_bytes.to_string()),
+            (CHUNK_BYTES.to_string(), self.chunk_bytes.map_or("auto".to_string(), |c| c.to_string())),
             (MESH_MAX_BYTES.to_string(), self.mesh_max_bytes.to_string()),
             (TCP_STREAMS.to_string(), self.tcp_streams.to_string()),
             (SHM_RING_BYTES.to_string(), self.shm_ring_bytes.to_string()),

@@ -212,11 +212,11 @@ pub const VARS: &[Var] = &[
     },
     Var {
         name: CHUNK_BYTES,
-        default: "1048576",
-        help: "Pipelining unit: large transfers move in chunks of this many bytes. Must agree on all ranks.",
+        default: "auto",
+        help: "Pipelining unit: large transfers move in chunks of this many bytes. auto: 1 MiB, or where every pair of a group is shared memory up to 8 MiB (16 MiB of scratch / (ranks - 1)). Must agree on all ranks.",
         fallbacks: &[],
         apply: |c, v| {
-            c.chunk_bytes = num(v)?;
+            c.chunk_bytes = if v.eq_ignore_ascii_case("auto") { None } else { Some(num(v)?) };
             Ok(())
         },
     },

@@ -84,7 +84,7 @@ pub fn thread_cfg(rank: usize, n: usize, port: u16, timeout: Duration) -> Config
         init_timeout: Duration::from_secs(10),
         // Workers may be asked for zero-copy and a chunk size by their environment.
         ibv_zero_copy: std::env::var("BOLTCCL_IBV_ZERO_COPY").is_ok_and(|v| v == "1"),
-        chunk_bytes: std::env::var("BOLTCCL_CHUNK_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20),
+        chunk_bytes: std::env::var("BOLTCCL_CHUNK_BYTES").ok().and_then(|v| v.parse().ok()),
         ..Config::default()
     }
 }
@@ -109,7 +109,13 @@ pub fn worker() {
             let cfg = g.config();
             if std::env::var("BOLTCCL_TEST_REFERENCE").is_ok() {
                 let matrix = cfg.ibv_devices.clone().expect("the verbs backend has a device matrix");
-                let want = reference_digest_with(g.size(), cfg.algo, cfg.chunk_bytes, cfg.mesh_max_bytes, &matrix);
+                let want = reference_digest_with(
+                    g.size(),
+                    cfg.algo,
+                    cfg.chunk_bytes.unwrap_or(boltccl::config::NET_CHUNK_BYTES),
+                    cfg.mesh_max_bytes,
+                    &matrix,
+                );
                 println!("REFERENCE {want} {}", if want == d { "MATCH" } else { "DIFFERS" });
             }
             println!("RESULT {d}");
@@ -157,7 +163,13 @@ pub fn reference_digest(n: usize, algo: Algo, matrix: &Path) -> String {
 }
 
 pub fn reference_digest_with(n: usize, algo: Algo, chunk_bytes: usize, mesh_max_bytes: usize, matrix: &Path) -> String {
-    let cfg = Config { algo, chunk_bytes, mesh_max_bytes, timeout: Duration::from_secs(20), ..Config::default() };
+    let cfg = Config {
+        algo,
+        chunk_bytes: Some(chunk_bytes),
+        mesh_max_bytes,
+        timeout: Duration::from_secs(20),
+        ..Config::default()
+    };
     let groups = Group::local_world_cabled(n, &cfg, boltccl::Cabling::from_links(cabling_of(matrix)));
     let hs: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g))).collect();
     let d: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();

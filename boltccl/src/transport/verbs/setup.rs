@@ -351,7 +351,7 @@ pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config, elsewhere: &[usi
     if !tcp_peers.is_empty() {
         tracing::info!(rank, ?tcp_peers, "no RDMA device toward these ranks in the matrix: using TCP for them");
     }
-    let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes).min(MAX_MESSAGE);
+    let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes.unwrap_or(crate::config::NET_CHUNK_BYTES)).min(MAX_MESSAGE);
     let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
     let peers: Vec<usize> =
         (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p) && !elsewhere.contains(&p)).collect();
