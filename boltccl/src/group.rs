@@ -5,7 +5,7 @@
 //! ([`crate::request`]).
 
 use crate::algo::select::{chunk_bytes, select, Cabling};
-use crate::algo::{direct, mesh, p2p, ring, ring_ops, Link, Scratch};
+use crate::algo::{direct, hosts, mesh, p2p, ring, ring_ops, Link, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
 use crate::request::{Queue, RawRequest, Scope};
@@ -218,6 +218,12 @@ impl Group {
     /// from the size and the cabling; for all-gather the output, for reduce-scatter the input).
     pub fn algorithm(&self, coll: Collective, bytes: usize) -> Algo {
         self.core.algorithm(coll, bytes)
+    }
+
+    /// This group's ranks by host (ranks that share memory), in rank order, hosts in the order
+    /// of their first ranks: what the two-level all-reduce ([`Algo::Hosts`]) folds by.
+    pub fn hosts(&self) -> Vec<Vec<usize>> {
+        self.core.cabling.host_ranks()
     }
 
     /// What carries this rank's messages to `peer` (shared memory, RDMA, TCP).
@@ -642,6 +648,11 @@ impl Op<'_> {
                         Algo::Mesh => mesh::all_reduce(link, scratch, op, dtype, input, output),
                         Algo::Ring => ring::all_reduce(link, scratch, op, dtype, input, output),
                         Algo::Direct | Algo::Auto => direct::all_reduce(link, scratch, op, dtype, input, output),
+                        Algo::Hosts => {
+                            let levels = g.cabling.levels(g.me).expect("chosen only where there are two levels");
+                            let large = output.len() > g.shared.cfg.mesh_max_bytes;
+                            hosts::all_reduce(link, scratch, &levels, &g.shared.cfg, large, op, dtype, input, output)
+                        }
                     }
                 })
             }
@@ -672,7 +683,7 @@ impl Op<'_> {
                     _ if link.size() == 1 => Ok(()),
                     Algo::Ring => ring_ops::broadcast(link, buf, root, dtype.size()),
                     Algo::Direct => direct::broadcast(link, buf, root, dtype.size()),
-                    Algo::Mesh | Algo::Auto => direct::broadcast_from_root(link, buf, root),
+                    Algo::Mesh | Algo::Auto | Algo::Hosts => direct::broadcast_from_root(link, buf, root),
                 })
             }
             Op::Send { dtype, buf, peer } => {

@@ -6,6 +6,8 @@
 //!   small messages) and the barrier;
 //! - [`ring`]: bidirectional ring all-reduce (both directions of every link busy), and
 //!   [`ring_ops`]: ring all-gather, reduce-scatter and broadcast;
+//! - [`hosts`]: two-level all-reduce for groups spread over hosts with several ranks each
+//!   (shared memory inside hosts, host totals over the network);
 //! - [`p2p`]: point-to-point send and receive;
 //! - [`select`]: which of them a call runs.
 //!
@@ -13,11 +15,13 @@
 //! [`Scratch`] memory separately.
 //!
 //! Determinism: mesh and direct fold contributions in rank order 0, 1, ..., P-1, so they give
-//! the same bits as each other; the ring folds each block in ring order. Either way the order
+//! the same bits as each other; the ring folds each block in ring order, and the two-level
+//! algorithm each host's ranks in rank order, then the hosts in the order of their first ranks. Either way the order
 //! depends only on the world size and the agreed settings, never on timing, and every rank
 //! ends with the owner's bits.
 
 pub mod direct;
+pub mod hosts;
 pub mod mesh;
 pub mod p2p;
 pub mod plan;

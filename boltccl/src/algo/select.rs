@@ -5,12 +5,26 @@ use super::SCRATCH_BUDGET;
 use crate::config::{Algo, Config, NET_CHUNK_BYTES, SHM_CHUNK_BYTES};
 use crate::types::Collective;
 
-/// Which pairs of a group's ranks have a fast direct link (RDMA cables), in group order.
+/// Which pairs of a group's ranks have a fast direct link (RDMA cables), and which ranks
+/// share a host's memory, in group order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cabling {
     /// `links[i][j]`; `None` when every pair is alike (TCP, shared memory, in process).
     links: Option<Vec<Vec<bool>>>,
+    /// Per rank, a label of its host (ranks linked by shared memory share one); `None` when
+    /// no two ranks of different hosts both have local peers (one host, or TCP only).
+    hosts: Option<Vec<usize>>,
     size: usize,
+}
+
+/// A rank's two levels in a group spread over hosts (see [`Cabling::levels`]): group ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Levels {
+    /// The ranks of this rank's host, in group order (this rank among them).
+    pub local: Vec<usize>,
+    /// One rank per host, each at this rank's position among its host's ranks, in the order
+    /// of the hosts' first ranks (this rank among them).
+    pub across: Vec<usize>,
 }
 
 /// What the fast links of a group form.
@@ -28,12 +42,18 @@ pub enum Shape {
 impl Cabling {
     /// `size` ranks, every pair alike.
     pub fn uniform(size: usize) -> Cabling {
-        Cabling { links: None, size }
+        Cabling { links: None, hosts: None, size }
     }
 
     /// `links[i][j]`: ranks `i` and `j` have a fast link (`links[i][i]` is ignored).
     pub fn from_links(links: Vec<Vec<bool>>) -> Cabling {
-        Cabling { size: links.len(), links: Some(links) }
+        Cabling { size: links.len(), links: Some(links), hosts: None }
+    }
+
+    /// The same links, with `hosts[i]` labelling rank i's host (equal labels: shared memory).
+    pub fn with_hosts(self, hosts: Vec<usize>) -> Cabling {
+        assert_eq!(hosts.len(), self.size, "one host label per rank");
+        Cabling { hosts: Some(hosts), ..self }
     }
 
     /// The cabling among `members` (ranks of this cabling), in that order.
@@ -43,8 +63,49 @@ impl Cabling {
                 .links
                 .as_ref()
                 .map(|l| members.iter().map(|&a| members.iter().map(|&b| l[a][b]).collect()).collect()),
+            hosts: self.hosts.as_ref().map(|h| members.iter().map(|&a| h[a]).collect()),
             size: members.len(),
         }
+    }
+
+    /// The ranks of each host (sharing memory), in group order, hosts in the order of their
+    /// first ranks; one rank per "host" when nothing is known of hosts.
+    pub fn host_ranks(&self) -> Vec<Vec<usize>> {
+        let Some(h) = &self.hosts else { return (0..self.size).map(|r| vec![r]).collect() };
+        let mut order: Vec<usize> = Vec::new();
+        let mut ranks: Vec<Vec<usize>> = Vec::new();
+        for (r, label) in h.iter().enumerate() {
+            match order.iter().position(|l| l == label) {
+                Some(i) => ranks[i].push(r),
+                None => {
+                    order.push(*label);
+                    ranks.push(vec![r]);
+                }
+            }
+        }
+        ranks
+    }
+
+    /// Rank `me`'s two levels when the group spans two or more hosts with the same number
+    /// (two or more) of ranks on each, and every pair across hosts at the same local position
+    /// is linked alike (TCP everywhere, or an RDMA cable for each): then an all-reduce can
+    /// reduce inside each host over shared memory and send only host totals over the network.
+    /// `None` otherwise, the same on every rank.
+    pub fn levels(&self, me: usize) -> Option<Levels> {
+        let hosts = self.host_ranks();
+        let per_host = hosts[0].len();
+        if hosts.len() < 2 || per_host < 2 || hosts.iter().any(|h| h.len() != per_host) {
+            return None;
+        }
+        if let Some(l) = &self.links {
+            let cabled = (0..per_host).all(|i| hosts.iter().all(|a| hosts.iter().all(|b| a == b || l[a[i]][b[i]])));
+            if !cabled {
+                return None;
+            }
+        }
+        let local = hosts.iter().find(|h| h.contains(&me))?.clone();
+        let at = local.iter().position(|&r| r == me)?;
+        Some(Levels { across: hosts.iter().map(|h| h[at]).collect(), local })
     }
 
     /// What the links form.
@@ -65,8 +126,10 @@ impl Cabling {
 /// The algorithm `coll` runs on `bytes` (the whole buffer: for all-gather the output, for
 /// reduce-scatter the input), over `cabling`, with the agreed settings `cfg`.
 ///
-/// - all-reduce: `BOLTCCL_ALGO` when forced; else mesh up to `BOLTCCL_MESH_MAX_BYTES` (one round
-///   trip: decode-sized messages), the ring on a ring-cabled group, direct otherwise;
+/// - all-reduce: `BOLTCCL_ALGO` when forced; else two levels on a group spread over hosts with
+///   several ranks each ([`Cabling::levels`]: shared memory inside hosts, host totals over the
+///   network), mesh up to `BOLTCCL_MESH_MAX_BYTES` (one round trip: decode-sized messages),
+///   the ring on a ring-cabled group, direct otherwise;
 /// - all-gather and reduce-scatter: the ring when forced, or when large on a ring-cabled group;
 ///   direct otherwise (they have no mesh form);
 /// - broadcast: the ring as above; otherwise, above `BOLTCCL_MESH_MAX_BYTES` on more than two
@@ -79,6 +142,7 @@ pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -
     let around_ring = cfg.algo == Algo::Ring || (cfg.algo == Algo::Auto && ring && large);
     match coll {
         Collective::AllReduce => match cfg.algo {
+            Algo::Auto if cabling.levels(0).is_some() => Algo::Hosts,
             Algo::Auto if !large => Algo::Mesh,
             Algo::Auto if ring => Algo::Ring,
             Algo::Auto => Algo::Direct,
@@ -115,12 +179,43 @@ pub fn chunk_bytes(cfg: &Config, size: usize, all_shared_memory: bool) -> usize 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use Algo::{Auto, Direct, Mesh, Ring};
+    use Algo::{Auto, Direct, Hosts, Mesh, Ring};
     use Collective::*;
 
     fn ring4() -> Cabling {
         let l = (0..4).map(|i| (0..4).map(|j| i == j || (i + 1) % 4 == j || (j + 1) % 4 == i).collect()).collect();
         Cabling::from_links(l)
+    }
+
+    #[test]
+    fn levels_need_several_hosts_of_equal_size() {
+        let two_by_two = Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]);
+        assert_eq!(two_by_two.host_ranks(), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(two_by_two.levels(3), Some(Levels { local: vec![2, 3], across: vec![1, 3] }));
+        // Hosts interleaved in rank order: each host's ranks in order, hosts by first rank.
+        let interleaved = Cabling::uniform(6).with_hosts(vec![5, 9, 5, 9, 5, 9]);
+        assert_eq!(interleaved.levels(2), Some(Levels { local: vec![0, 2, 4], across: vec![2, 3] }));
+        // One host, one rank per host, unequal hosts, nothing known: no two levels.
+        for hosts in [vec![0, 0, 0, 0], vec![0, 1, 2, 3], vec![0, 0, 0, 3]] {
+            assert_eq!(Cabling::uniform(4).with_hosts(hosts.clone()).levels(0), None, "{hosts:?}");
+        }
+        assert_eq!(Cabling::uniform(4).levels(0), None);
+        // RDMA cables between hosts: every pair at the same local position must be cabled.
+        let cross = |i: usize, j: usize| i / 2 != j / 2;
+        let links: Vec<Vec<bool>> = (0..4).map(|i| (0..4).map(|j| i == j || cross(i, j)).collect()).collect();
+        assert!(Cabling::from_links(links.clone()).with_hosts(vec![0, 0, 2, 2]).levels(0).is_some());
+        let mut missing = links;
+        (missing[1][3], missing[3][1]) = (false, false);
+        assert_eq!(Cabling::from_links(missing).with_hosts(vec![0, 0, 2, 2]).levels(0), None);
+        // A sub-group keeps the hosts of its members.
+        assert_eq!(two_by_two.subset(&[0, 2]).levels(0), None);
+        assert_eq!(two_by_two.subset(&[3, 2, 1, 0]).host_ranks(), vec![vec![0, 1], vec![2, 3]]);
+        // All-reduce on two levels whatever the size; the other collectives as before.
+        let cfg = Config::default();
+        assert_eq!(select(AllReduce, 4, &two_by_two, &cfg), Hosts);
+        assert_eq!(select(AllReduce, 1 << 30, &two_by_two, &cfg), Hosts);
+        assert_eq!(select(AllReduce, 1 << 30, &two_by_two, &Config { algo: Direct, ..cfg.clone() }), Direct);
+        assert_eq!(select(AllGather, 1 << 30, &two_by_two, &cfg), Direct);
     }
 
     #[test]

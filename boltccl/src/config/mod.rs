@@ -54,6 +54,9 @@ pub enum Algo {
     Direct,
     /// Bidirectional ring (ring topologies).
     Ring,
+    /// Two levels, for a group spread over hosts with several ranks on each: inside each
+    /// host over shared memory, host totals between hosts (chosen by `Auto` only).
+    Hosts,
 }
 
 impl Algo {
@@ -64,6 +67,7 @@ impl Algo {
             Algo::Mesh => "mesh",
             Algo::Direct => "direct",
             Algo::Ring => "ring",
+            Algo::Hosts => "hosts",
         }
     }
 }

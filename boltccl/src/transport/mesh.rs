@@ -55,6 +55,11 @@ impl Mesh {
             self.cabling = cabling;
         }
     }
+
+    /// Which ranks share a host (equal labels), for the algorithms.
+    pub(crate) fn set_hosts(&mut self, hosts: Vec<usize>) {
+        self.cabling = self.cabling.clone().with_hosts(hosts);
+    }
 }
 
 impl Transport for Mesh {

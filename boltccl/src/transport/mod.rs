@@ -151,6 +151,10 @@ pub(crate) fn connect(cfg: &Config) -> Result<Box<dyn Transport>> {
     }
     if let Some(offer) = offer {
         shm::setup::attach(&mut mesh, offer, &peers, job, cfg)?;
+        // Every rank's host, labelled by its lowest rank: what every rank's shared-memory
+        // links are, known alike everywhere from bootstrap, so algorithms can use two levels.
+        let hosts = (0..peers.len()).map(|r| shm::setup::local_peers(&peers, r).into_iter().fold(r, usize::min));
+        mesh.set_hosts(hosts.collect());
     }
     Ok(Box::new(mesh))
 }

@@ -163,6 +163,17 @@ pub fn reference_digest(n: usize, algo: Algo, matrix: &Path) -> String {
 }
 
 pub fn reference_digest_with(n: usize, algo: Algo, chunk_bytes: usize, mesh_max_bytes: usize, matrix: &Path) -> String {
+    reference_digest_on(n, algo, chunk_bytes, mesh_max_bytes, boltccl::Cabling::from_links(cabling_of(matrix)))
+}
+
+/// The in-process reference digest for `cabling` (links, and hosts when it names them).
+pub fn reference_digest_on(
+    n: usize,
+    algo: Algo,
+    chunk_bytes: usize,
+    mesh_max_bytes: usize,
+    cabling: boltccl::Cabling,
+) -> String {
     let cfg = Config {
         algo,
         chunk_bytes: Some(chunk_bytes),
@@ -170,7 +181,7 @@ pub fn reference_digest_with(n: usize, algo: Algo, chunk_bytes: usize, mesh_max_
         timeout: Duration::from_secs(20),
         ..Config::default()
     };
-    let groups = Group::local_world_cabled(n, &cfg, boltccl::Cabling::from_links(cabling_of(matrix)));
+    let groups = Group::local_world_cabled(n, &cfg, cabling);
     let hs: Vec<_> = groups.into_iter().map(|g| std::thread::spawn(move || suite(&g))).collect();
     let d: Vec<u64> = hs.into_iter().map(|h| h.join().unwrap()).collect();
     format!("{:x}", d[0])

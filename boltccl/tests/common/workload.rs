@@ -182,15 +182,18 @@ pub fn determinism(g: &Group, d: &mut Digest) {
             bytemuck::cast_slice::<f32, u8>(&b),
             "same inputs gave different bits"
         );
-        // Auto runs the ring on a ring-cabled group; the ring folds in ring order.
-        if g.algorithm(boltccl::Collective::AllReduce, 4 * n) != boltccl::Algo::Ring {
+        // Auto runs the ring on a ring-cabled group; the ring folds in ring order. The two-level
+        // algorithm folds each host's ranks in rank order, then the hosts' totals in order.
+        let algo = g.algorithm(boltccl::Collective::AllReduce, 4 * n);
+        if algo != boltccl::Algo::Ring {
             let inputs: Vec<Vec<f32>> = (0..p).map(|q| gen(q, n)).collect();
-            for i in 0..n {
-                let mut acc = inputs[0][i];
-                for x in &inputs[1..] {
-                    acc += x[i];
-                }
-                assert_eq!(a[i].to_bits(), acc.to_bits(), "element {i} is not the rank-order sum");
+            let fold =
+                |ranks: &[usize], i: usize| ranks[1..].iter().fold(inputs[ranks[0]][i], |acc, &q| acc + inputs[q][i]);
+            let levels = if algo == boltccl::Algo::Hosts { g.hosts() } else { vec![(0..p).collect()] };
+            for (i, got) in a.iter().enumerate() {
+                let totals: Vec<f32> = levels.iter().map(|h| fold(h, i)).collect();
+                let acc = totals[1..].iter().fold(totals[0], |acc, t| acc + t);
+                assert_eq!(got.to_bits(), acc.to_bits(), "element {i} is not the {algo:?} order sum");
             }
         }
         d.add(bytemuck::cast_slice(&a));

@@ -1,0 +1,91 @@
+//! Two-level all-reduce for a group spread over hosts with several ranks on each: the ranks of
+//! a host reduce among themselves over shared memory, and only host totals cross the network.
+//!
+//! Flat algorithms send every rank's data over the network: with L ranks on each of H hosts,
+//! a large all-reduce moves each host's data across hosts L times over (once per rank). Here:
+//!
+//! - small calls: every host's ranks sum their buffers (mesh, shared memory), then each rank
+//!   exchanges its host's total with the ranks at its position on the other hosts (mesh, the
+//!   network): one network message per other host instead of L;
+//! - large calls: the host's ranks reduce-scatter over shared memory (local rank i owns shard
+//!   i of the host total), each all-reduces its shard with the ranks at its position on the
+//!   other hosts (direct, the network), and the host's ranks all-gather the shards.
+//!
+//! Fold order: each host's ranks in group order, then the hosts' totals in the order of their
+//! first ranks. It depends only on which ranks share a host, never on timing, so every rank
+//! gets the same bits and a job placed the same way gets them on every run; for floating
+//! point they differ from the flat algorithms' rank order (as the ring's do).
+
+use super::direct::{self, all_gather_ranges, reduce_to_owner};
+use super::plan::{bytes, partition};
+use super::select::{chunk_bytes, Levels};
+use super::{mesh, regions, Link, Scratch};
+use crate::config::Config;
+use crate::error::Result;
+use crate::types::{DType, ReduceOp};
+use crate::wire::Phase;
+
+/// The links among `ranks` (group ranks, `link.me` among them) with pieces of `chunk` bytes.
+fn sub<'l>(link: &'l mut Link<'_>, ranks: &[usize], members: &'l mut Vec<usize>, chunk: usize) -> Link<'l> {
+    members.clear();
+    members.extend(ranks.iter().map(|&q| link.members[q]));
+    let me = ranks.iter().position(|&q| q == link.me).expect("a rank is among its own levels");
+    Link { t: &mut *link.t, members, me, base: link.base, chunk, limits: link.limits.clone() }
+}
+
+/// All-reduce in two levels. `input` is `None` when `buf` holds the input; `large` selects the
+/// reduce-scatter form (see the module notes).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn all_reduce(
+    link: &mut Link<'_>,
+    scratch: &mut Scratch,
+    levels: &Levels,
+    cfg: &Config,
+    large: bool,
+    op: ReduceOp,
+    dtype: DType,
+    input: Option<&[u8]>,
+    buf: &mut [u8],
+) -> Result<()> {
+    let net_chunk = link.chunk;
+    let local_chunk = chunk_bytes(cfg, levels.local.len(), true);
+    let mut members = Vec::new();
+    if !large {
+        mesh::all_reduce(&mut sub(link, &levels.local, &mut members, local_chunk), scratch, op, dtype, input, buf)?;
+        return mesh::all_reduce(
+            &mut sub(link, &levels.across, &mut members, net_chunk),
+            scratch,
+            op,
+            dtype,
+            None,
+            buf,
+        );
+    }
+    let e = dtype.size();
+    let shards: Vec<_> = partition(buf.len() / e, levels.local.len()).iter().map(|r| bytes(r, e)).collect();
+    let mut local = sub(link, &levels.local, &mut members, local_chunk);
+    let mine = shards[local.me].clone();
+    // 1. This rank's shard of the host total. Peers read the other shards of the input while
+    //    this rank writes its own; in place, they read a copy.
+    {
+        let Scratch { slots, stage } = &mut *scratch;
+        let source: &[u8] = match input {
+            Some(i) => i,
+            None => {
+                let copy = stage.get(buf.len());
+                copy.copy_from_slice(buf);
+                copy
+            }
+        };
+        reduce_to_owner(&mut local, slots, op, dtype, &shards, source, &mut buf[mine.clone()])?;
+    }
+    drop(local);
+    // 2. The shard across hosts, in place.
+    let mut across_members = Vec::new();
+    let mut across = sub(link, &levels.across, &mut across_members, net_chunk);
+    let shard = regions(buf, std::slice::from_ref(&mine))?.pop().expect("one region");
+    direct::all_reduce(&mut across, scratch, op, dtype, None, shard)?;
+    drop(across);
+    // 3. Every rank of the host gets every shard.
+    all_gather_ranges(&mut sub(link, &levels.local, &mut members, local_chunk), &shards, buf, Phase::Gather)
+}
