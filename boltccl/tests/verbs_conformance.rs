@@ -208,6 +208,68 @@ fn two_hosts_of_two_ranks_share_memory_inside() {
     }
 }
 
+/// Two hosts of two ranks, all-reduce in two levels: a rank that dies (SIGSEGV, as a provider
+/// crash would) is named on every other rank within 5 s, on the small (mesh inside, mesh
+/// across) and the large (reduce-scatter, direct across, all-gather) paths, with TCP or
+/// softverbs between the hosts. The large calls stay small (80 KB, above a 1 KiB mesh limit):
+/// softverbs' UDP datagrams overflow socket buffers under megabytes of traffic, and their loss
+/// is (rightly) reported as lost messages rather than the death this test looks for.
+#[test]
+fn two_hosts_a_dead_rank_is_named_on_every_rank() {
+    let Some(ns) = MeshNetns::create(2) else {
+        common::harness::prerequisite_missing(
+            "two_hosts_a_dead_rank_is_named_on_every_rank",
+            "cannot create network namespaces (needs root and iproute2 `ip`)",
+        );
+        return;
+    };
+    let host = |rank: usize| rank / 2;
+    let rows: Vec<String> = (0..4)
+        .map(|i| {
+            let cells: Vec<String> = (0..4)
+                .map(|j| {
+                    if host(i) == host(j) {
+                        "null".into()
+                    } else {
+                        format!("\"rdma_{}\"", ns.iface(host(i), host(j)))
+                    }
+                })
+                .collect();
+            format!("[{}]", cells.join(","))
+        })
+        .collect();
+    let matrix = matrix_file("twohosts-die", &format!("[{}]", rows.join(",")));
+    let port = 29_900 + (std::process::id() % 90) as u16;
+    for (k, (rdma, count)) in [(false, 100), (false, 20_000), (true, 100), (true, 20_000)].into_iter().enumerate() {
+        let names = ns.names.clone();
+        let mut job = Job::new(4, "verbs_worker")
+            .coordinator(format!("{}:{}", ns.identity(0), port + k as u16))
+            .wrap(move |r| ["ip", "netns", "exec", &names[host(r)]].map(String::from).to_vec())
+            .env("BOLTCCL_BACKEND", "auto")
+            .env("BOLTCCL_TEST_WORKLOAD", "die")
+            .env("BOLTCCL_TEST_COUNT", count.to_string())
+            .env("BOLTCCL_MESH_MAX_BYTES", "1024")
+            .env("BOLTCCL_TIMEOUT_MS", "30000")
+            .env("SOFTVERBS_QUIET", "1");
+        if rdma {
+            job = job
+                .env("BOLTCCL_IBV_LIBRARY", softverbs_lib().display().to_string())
+                .env("BOLTCCL_IBV_DEVICES", matrix.display().to_string());
+        }
+        let outs = job.spawn().wait(Duration::from_secs(60));
+        for o in outs.iter().filter(|o| o.rank != 1) {
+            let label = format!("rdma {rdma}, {count} floats, rank {}", o.rank);
+            let r = results(std::slice::from_ref(o), "RESULT ")
+                .pop()
+                .unwrap_or_else(|| panic!("{label}: no result:\n{}", o.stderr));
+            assert!(r.starts_with("PeerLost") || r.starts_with("Aborted"), "{label}: {r}");
+            let ms: u64 = r.split(" after ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+            assert!(ms < 5_000, "{label}: took {ms} ms to notice (timeout is 30 s): {r}");
+            assert!(r.contains("rank 1"), "{label}: the dead rank is not named: {r}");
+        }
+    }
+}
+
 /// Two ranks in two namespaces joined by two veth pairs ("cables"), each on its own /24, with
 /// strict reverse-path filtering so a packet that leaves by the wrong cable is dropped, as it
 /// would never arrive over a Thunderbolt cable that goes elsewhere. The device matrix lists

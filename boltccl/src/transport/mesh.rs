@@ -27,7 +27,8 @@ impl Mesh {
         control: Box<dyn Control>,
         wait: WaitPolicy,
     ) -> Mesh {
-        let engine = Engine { channels: vec![channel], route: vec![0; size], control, wait, pace: Pace::default() };
+        let engine =
+            Engine { channels: vec![channel], route: vec![0; size], control, wait, pace: Pace::default(), told: false };
         Mesh { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
     }
 

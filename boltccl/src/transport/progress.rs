@@ -195,6 +195,8 @@ pub(crate) struct Engine {
     pub control: Box<dyn Control>,
     pub wait: WaitPolicy,
     pub pace: Pace,
+    /// The last exchange failed on the control plane's news, which is its own explanation.
+    pub told: bool,
 }
 
 impl Engine {
@@ -212,6 +214,7 @@ impl Engine {
             let route = &self.route;
             ch.begin(sends, recvs, &|peer| route[peer] == c)?;
         }
+        self.told = false;
         let r = self.drive(sends, recvs, on_recv, limits);
         if r.is_err() {
             // The caller may free its buffers once we return.
@@ -220,7 +223,7 @@ impl Engine {
             }
         }
         match r {
-            Err(e @ (Error::PeerLost { .. } | Error::Timeout { .. })) => Err(self.explain(e)),
+            Err(e @ (Error::PeerLost { .. } | Error::Timeout { .. })) if !self.told => Err(self.explain(e)),
             other => other,
         }
     }
@@ -268,7 +271,7 @@ impl Engine {
         on_recv: &mut OnRecv<'_>,
         limits: &Limits,
     ) -> Result<()> {
-        let Engine { channels, control, wait, pace, .. } = self;
+        let Engine { channels, control, wait, pace, told, .. } = self;
         let start = Instant::now();
         let mut last_progress = start;
         let mut longest = Duration::ZERO;
@@ -289,7 +292,7 @@ impl Engine {
             };
             if now >= next_control {
                 next_control = now + CONTROL_CHECK;
-                check(channels, control.as_mut())?;
+                check(channels, control.as_mut(), told)?;
             }
             if now >= next_interrupt {
                 next_interrupt = now + INTERRUPT_EVERY;
@@ -335,7 +338,7 @@ impl Engine {
                     sleep(&mut fds, until.saturating_duration_since(now))?;
                     drop(fds);
                     // What woke us may be news, not data: read it at once.
-                    check(channels, control.as_mut())?;
+                    check(channels, control.as_mut(), told)?;
                     next_control = Instant::now() + CONTROL_CHECK;
                 }
             }
@@ -343,9 +346,13 @@ impl Engine {
     }
 }
 
-/// Read the control plane's news and let every channel look for silently lost peers.
-fn check(channels: &mut [Box<dyn Channel>], control: &mut dyn Control) -> Result<()> {
+/// Read the control plane's news and let every channel look for silently lost peers. News
+/// from the control plane sets `told`: it already names the cause (an abort relayed by rank
+/// 0), and looking again could only find a later, lesser event, such as rank 0 exiting after
+/// it relayed the abort.
+fn check(channels: &mut [Box<dyn Channel>], control: &mut dyn Control, told: &mut bool) -> Result<()> {
     if let Some(e) = control.check() {
+        *told = true;
         return Err(e);
     }
     channels.iter_mut().try_for_each(|c| c.check())
