@@ -4,7 +4,8 @@
 # calls from Python. Run by scripts/test.sh; on its own:
 #   bash scripts/test-frameworks.sh [pytest args]
 #
-# 1. Debian packages, if missing: Open MPI (mpirun), Slurm and munge (srun).
+# 1. Debian packages, if missing: Open MPI (mpirun), Slurm and munge (srun), Debian's torch 1.13
+#    (python3-torch, for the torch 1.x tests).
 # 2. target/frameworks-venv with python/requirements-test.txt and -frameworks.txt (torch is
 #    PyPI's ~5 GB CUDA wheel: installed once, kept while the requirements are unchanged).
 # 3. The wheel (maturin, release) installed into it.
@@ -20,7 +21,7 @@ wheels="$root/target/frameworks-wheels"
 step() { printf '\n== test-frameworks: %s\n' "$*"; }
 
 step "system packages"
-bash scripts/deps.sh openmpi-bin slurmd slurmctld slurm-client munge
+bash scripts/deps.sh openmpi-bin slurmd slurmctld slurm-client munge python3-torch
 
 stamp="$venv/.requirements.sha256"
 want="$(cat python/requirements-test.txt python/requirements-frameworks.txt | sha256sum | cut -d' ' -f1)"
@@ -40,6 +41,12 @@ step "wheel (maturin, release)"
 rm -rf "$wheels"
 (cd python && timeout 1800 "$venv/bin/maturin" build --release -q -i "$venv/bin/python" --out "$wheels")
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$wheels"/boltccl-*.whl
+
+step "torch 1.x: a venv over the system Python and Debian's torch, with the same wheel"
+torch1="$root/target/torch1-venv"
+[ -x "$torch1/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$torch1"
+"$torch1/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$wheels"/boltccl-*.whl
+export BOLTCCL_TEST_TORCH1_PY="$torch1/bin/python"
 
 step "one-node Slurm cluster"
 slurm_dir="$root/target/slurm"

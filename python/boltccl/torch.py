@@ -101,6 +101,27 @@ def _arr(f: torch.Tensor) -> tuple:
         return f, None
 
 
+#: torch 1.x waits on a Work from C++ too (DistributedDataParallel's set-up), where the wait()
+#: of a Work written in Python is never reached and the wait never ends. There every Work is
+#: handed over as one torch builds on a future, and as torch 1.x's wait() on such a Work does
+#: not raise the future's error, every call completes before it returns and raises boltccl's
+#: error at the call: no overlap on torch 1.x, and never a failure that wait() hides.
+_WORK_FROM_FUTURE = int(torch.__version__.split(".")[0]) < 2
+
+
+def _handed(work: "_Work") -> dist.Work:
+    if _WORK_FROM_FUTURE:
+        return torch._C._distributed_c10d._create_work_from_future(work.get_future())
+    return work
+
+
+def _p2p_done(work: "_Work") -> "_Work":
+    """On torch 1.x, a send or receive completes before it returns (see `_WORK_FROM_FUTURE`)."""
+    if _WORK_FROM_FUTURE:
+        work.wait()
+    return work
+
+
 class _Work(dist.Work):
     """Calls in flight; ``finish`` runs once after all of them (copy-backs, AVG's division)."""
 
@@ -253,19 +274,21 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             rank=rank, world_size=size, coordinator=coordinator, job_key=key, init_timeout=seconds, **kw
         )
 
-    def _start(self, calls: List[Callable[[bool], Any]], nbytes: int, result: List[torch.Tensor], finish=None, inline=None) -> "_Work":
+    def _start(self, calls: List[Callable[[bool], Any]], nbytes: int, result: List[torch.Tensor], finish=None, inline=None) -> dist.Work:
         """Run `calls` (each `call(async_op)`): inline when small, else started. A boltccl error
         of an inline call is kept for wait(), as a started call's would be."""
         if inline is None:
-            inline = nbytes <= INLINE_MAX_BYTES
+            inline = nbytes <= INLINE_MAX_BYTES or _WORK_FROM_FUTURE
         if not inline:
-            return _Work([c(True) for c in calls], result, finish)
+            return _handed(_Work([c(True) for c in calls], result, finish))
         for c in calls:
             try:
                 c(False)
             except boltccl.Error as e:
-                return _Work([], result, None, error=e)
-        return _Work([], result, finish)
+                if _WORK_FROM_FUTURE:
+                    raise
+                return _handed(_Work([], result, None, error=e))
+        return _handed(_Work([], result, finish))
 
     # -- what torch asks of a process group -------------------------------------------------
 
@@ -357,7 +380,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
-        return works[-1] if works else _Work([], [])
+        return works[-1] if works else _handed(_Work([], []))
 
     def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts: Any = None) -> dist.Work:
         reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
@@ -395,7 +418,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         for t in tensors:
             _check(t, "tensor")
             works.append(self._g.send(_flat(t), dst, async_op=True))
-        return _Work(works, list(tensors))
+        return _handed(_p2p_done(_Work(works, list(tensors))))
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
         works, copies = [], []
@@ -404,7 +427,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             f = _flat(t)
             copies.append((t, f))
             works.append(self._g.recv(f, src, async_op=True))
-        return _Work(works, list(tensors), self._finisher(copies, False))
+        return _handed(_p2p_done(_Work(works, list(tensors), self._finisher(copies, False))))
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> dist.Work:
         raise ValueError("the boltccl backend receives from a named rank only: pass src= to recv/irecv")
@@ -436,4 +459,7 @@ _env_from_boltccl_launch()
 
 
 if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
-    dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+    try:
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+    except TypeError:  # torch 1.x: no device list (every backend may take CPU tensors)
+        dist.Backend.register_backend(BACKEND, _create)

@@ -38,6 +38,7 @@ def test_an_error_surfaces_at_wait_as_boltcccl_raises_it():
     )
     res = [r for r in results(out) if r["rank"] == 0]
     assert res and res[0]["error"] in ("PeerLostError:peer_lost", "PeerLostError:aborted", "TimeoutError:timeout"), out
+    assert res[0]["at"] == "wait", res
     assert res[0]["seconds"] < 10, res
 
 

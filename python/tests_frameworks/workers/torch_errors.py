@@ -1,5 +1,6 @@
-"""Errors through the torch backend surface at wait() as boltccl's own exceptions: rank 1
-leaves without joining an all_reduce that rank 0 started with async_op=True."""
+"""Errors through the torch backend surface as boltccl's own exceptions: rank 1 leaves without
+joining an all_reduce that rank 0 started with async_op=True. Says where the error came: at
+wait() (torch 2.x), or at the call (torch 1.x, where calls complete before they return)."""
 
 import json
 import os
@@ -19,12 +20,13 @@ if rank == 1:
     time.sleep(0.5)
     os._exit(0)  # gone without a word
 t0 = time.time()
-w = dist.all_reduce(torch.ones(1 << 16), async_op=True)
+at, kind = "call", None
 try:
+    w = dist.all_reduce(torch.ones(1 << 16), async_op=True)
+    at = "wait"
     w.wait()
-    kind = None
 except boltccl.Error as e:
     kind = type(e).__name__ + ":" + e.kind
-print("RESULT " + json.dumps({"rank": rank, "error": kind, "seconds": time.time() - t0}), flush=True)
+print("RESULT " + json.dumps({"rank": rank, "error": kind, "at": at, "seconds": time.time() - t0}), flush=True)
 sys.stdout.flush()
 os._exit(0)
