@@ -269,7 +269,10 @@ fn main() -> anyhow::Result<()> {
     let weights: Arc<dyn WeightSource> = Arc::from(weights);
     let tok = tokenizer.as_ref();
     let ids = prompt_ids(tok, chat_template.as_deref(), &args)?;
-    eprintln!("model: {:?}\nprompt: {} tokens, world size {}", weights.config(), ids.len(), args.local_ranks);
+    // Under a launcher the world size comes from the group (BOLTCCL_WORLD_SIZE), else from
+    // --local-ranks.
+    let world = std::env::var("BOLTCCL_WORLD_SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(args.local_ranks);
+    eprintln!("model: {:?}\nprompt: {} tokens, world size {world}", weights.config(), ids.len());
     // A process launched as one rank of a boltccl group (e.g. by `boltccl launch`).
     if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
         anyhow::ensure!(args.local_ranks == 1, "--local-ranks cannot be combined with a boltccl group");
