@@ -143,54 +143,60 @@ fn conformance_4_ranks_in_network_namespaces() {
     }
 }
 
+/// Two network namespaces ("hosts") for ranks 0-1 and 2-3, and a device matrix cabling every
+/// pair across them; `None` (the test failed as missing a prerequisite) without namespaces.
+fn two_hosts(test: &str) -> Option<(MeshNetns, PathBuf)> {
+    let Some(ns) = MeshNetns::create(2) else {
+        common::harness::prerequisite_missing(test, "cannot create network namespaces (needs root and iproute2 `ip`)");
+        return None;
+    };
+    let cell = |i: usize, j: usize| {
+        if i / 2 == j / 2 {
+            "null".to_string()
+        } else {
+            format!("\"rdma_{}\"", ns.iface(i / 2, j / 2))
+        }
+    };
+    let rows: Vec<String> =
+        (0..4).map(|i| format!("[{}]", (0..4).map(|j| cell(i, j)).collect::<Vec<_>>().join(","))).collect();
+    let matrix = matrix_file(test, &format!("[{}]", rows.join(",")));
+    Some((ns, matrix))
+}
+
+/// Four ranks on the two hosts, `auto` backend: shared memory inside each host, softverbs
+/// between them with `rdma` (else TCP).
+fn two_hosts_job(ns: &MeshNetns, matrix: &std::path::Path, port: u16, rdma: bool) -> Job {
+    let names = ns.names.clone();
+    let job = Job::new(4, "verbs_worker")
+        .coordinator(format!("{}:{port}", ns.identity(0)))
+        .wrap(move |k| ["ip", "netns", "exec", &names[k / 2]].map(String::from).to_vec())
+        .env("BOLTCCL_BACKEND", "auto")
+        .env("SOFTVERBS_QUIET", "1");
+    if rdma {
+        job.env("BOLTCCL_IBV_LIBRARY", softverbs_lib().display().to_string())
+            .env("BOLTCCL_IBV_DEVICES", matrix.display().to_string())
+    } else {
+        job
+    }
+}
+
 /// Two "hosts" (network namespaces) of two ranks each: shared memory between the ranks of a
 /// host; across hosts RDMA (softverbs over the veth between them) with `auto` and a device
 /// matrix, or TCP without one. Every rank gets the in-process reference's bits.
 #[test]
 fn two_hosts_of_two_ranks_share_memory_inside() {
-    let Some(ns) = MeshNetns::create(2) else {
-        common::harness::prerequisite_missing(
-            "two_hosts_of_two_ranks_share_memory_inside",
-            "cannot create network namespaces (needs root and iproute2 `ip`)",
-        );
-        return;
-    };
-    let host = |rank: usize| rank / 2;
-    let rows: Vec<String> = (0..4)
-        .map(|i| {
-            let cells: Vec<String> = (0..4)
-                .map(|j| {
-                    if host(i) == host(j) {
-                        "null".into()
-                    } else {
-                        format!("\"rdma_{}\"", ns.iface(host(i), host(j)))
-                    }
-                })
-                .collect();
-            format!("[{}]", cells.join(","))
-        })
-        .collect();
-    let matrix = matrix_file("twohosts", &format!("[{}]", rows.join(",")));
+    let Some((ns, matrix)) = two_hosts("two_hosts_of_two_ranks_share_memory_inside") else { return };
     // Shared memory inside each host: the two-level all-reduce, folded host by host.
     let cabling = boltccl::Cabling::from_links(cabling_of(&matrix)).with_hosts(vec![0, 0, 2, 2]);
     let reference = reference_digest_on(4, Algo::Auto, 64, 256, cabling);
     let port = 29_500 + (std::process::id() % 400) as u16;
     for rdma in [true, false] {
-        let names = ns.names.clone();
-        let mut job = Job::new(4, "verbs_worker")
-            .coordinator(format!("{}:{port}", ns.identity(0)))
-            .wrap(move |k| ["ip", "netns", "exec", &names[host(k)]].map(String::from).to_vec())
-            .env("BOLTCCL_BACKEND", "auto")
+        let outs = two_hosts_job(&ns, &matrix, port, rdma)
             .env("BOLTCCL_CHUNK_BYTES", "64")
             .env("BOLTCCL_MESH_MAX_BYTES", "256")
             .env("BOLTCCL_LOG", "boltccl=info")
-            .env("SOFTVERBS_QUIET", "1");
-        if rdma {
-            job = job
-                .env("BOLTCCL_IBV_LIBRARY", softverbs_lib().display().to_string())
-                .env("BOLTCCL_IBV_DEVICES", matrix.display().to_string());
-        }
-        let outs = job.spawn().wait(Duration::from_secs(120));
+            .spawn()
+            .wait(Duration::from_secs(120));
         let d = results(&outs, "RESULT ");
         assert!(d.iter().all(|x| x == &d[0]), "rdma {rdma}: ranks differ: {d:?}");
         assert_eq!(d[0], reference, "rdma {rdma}: two hosts differ from in-process");
@@ -216,47 +222,16 @@ fn two_hosts_of_two_ranks_share_memory_inside() {
 /// is (rightly) reported as lost messages rather than the death this test looks for.
 #[test]
 fn two_hosts_a_dead_rank_is_named_on_every_rank() {
-    let Some(ns) = MeshNetns::create(2) else {
-        common::harness::prerequisite_missing(
-            "two_hosts_a_dead_rank_is_named_on_every_rank",
-            "cannot create network namespaces (needs root and iproute2 `ip`)",
-        );
-        return;
-    };
-    let host = |rank: usize| rank / 2;
-    let rows: Vec<String> = (0..4)
-        .map(|i| {
-            let cells: Vec<String> = (0..4)
-                .map(|j| {
-                    if host(i) == host(j) {
-                        "null".into()
-                    } else {
-                        format!("\"rdma_{}\"", ns.iface(host(i), host(j)))
-                    }
-                })
-                .collect();
-            format!("[{}]", cells.join(","))
-        })
-        .collect();
-    let matrix = matrix_file("twohosts-die", &format!("[{}]", rows.join(",")));
+    let Some((ns, matrix)) = two_hosts("two_hosts_a_dead_rank_is_named_on_every_rank") else { return };
     let port = 29_900 + (std::process::id() % 90) as u16;
     for (k, (rdma, count)) in [(false, 100), (false, 20_000), (true, 100), (true, 20_000)].into_iter().enumerate() {
-        let names = ns.names.clone();
-        let mut job = Job::new(4, "verbs_worker")
-            .coordinator(format!("{}:{}", ns.identity(0), port + k as u16))
-            .wrap(move |r| ["ip", "netns", "exec", &names[host(r)]].map(String::from).to_vec())
-            .env("BOLTCCL_BACKEND", "auto")
+        let outs = two_hosts_job(&ns, &matrix, port + k as u16, rdma)
             .env("BOLTCCL_TEST_WORKLOAD", "die")
             .env("BOLTCCL_TEST_COUNT", count.to_string())
             .env("BOLTCCL_MESH_MAX_BYTES", "1024")
             .env("BOLTCCL_TIMEOUT_MS", "30000")
-            .env("SOFTVERBS_QUIET", "1");
-        if rdma {
-            job = job
-                .env("BOLTCCL_IBV_LIBRARY", softverbs_lib().display().to_string())
-                .env("BOLTCCL_IBV_DEVICES", matrix.display().to_string());
-        }
-        let outs = job.spawn().wait(Duration::from_secs(60));
+            .spawn()
+            .wait(Duration::from_secs(60));
         for o in outs.iter().filter(|o| o.rank != 1) {
             let label = format!("rdma {rdma}, {count} floats, rank {}", o.rank);
             let r = results(std::slice::from_ref(o), "RESULT ")
