@@ -19,7 +19,7 @@
 use super::direct::{self, all_gather_ranges, reduce_to_owner};
 use super::plan::{bytes, partition};
 use super::select::{chunk_bytes, Levels};
-use super::{mesh, regions, Link, Scratch};
+use super::{mesh, Link, Scratch};
 use crate::config::Config;
 use crate::error::Result;
 use crate::types::{DType, ReduceOp};
@@ -79,13 +79,9 @@ pub(crate) fn all_reduce(
         };
         reduce_to_owner(&mut local, slots, op, dtype, &shards, source, &mut buf[mine.clone()])?;
     }
-    drop(local);
     // 2. The shard across hosts, in place.
-    let mut across_members = Vec::new();
-    let mut across = sub(link, &levels.across, &mut across_members, net_chunk);
-    let shard = regions(buf, std::slice::from_ref(&mine))?.pop().expect("one region");
-    direct::all_reduce(&mut across, scratch, op, dtype, None, shard)?;
-    drop(across);
+    let mut across = sub(link, &levels.across, &mut members, net_chunk);
+    direct::all_reduce(&mut across, scratch, op, dtype, None, &mut buf[mine])?;
     // 3. Every rank of the host gets every shard.
     all_gather_ranges(&mut sub(link, &levels.local, &mut members, local_chunk), &shards, buf, Phase::Gather)
 }

@@ -11,9 +11,9 @@ use crate::types::Collective;
 pub struct Cabling {
     /// `links[i][j]`; `None` when every pair is alike (TCP, shared memory, in process).
     links: Option<Vec<Vec<bool>>>,
-    /// Per rank, a label of its host (ranks linked by shared memory share one); `None` when
-    /// no two ranks of different hosts both have local peers (one host, or TCP only).
-    hosts: Option<Vec<usize>>,
+    /// The ranks of each host (linked by shared memory), in group order, hosts in the order of
+    /// their first ranks; `None` when nothing is known of hosts (TCP only, in process).
+    hosts: Option<Vec<Vec<usize>>>,
     size: usize,
 }
 
@@ -53,46 +53,50 @@ impl Cabling {
     /// The same links, with `hosts[i]` labelling rank i's host (equal labels: shared memory).
     pub fn with_hosts(self, hosts: Vec<usize>) -> Cabling {
         assert_eq!(hosts.len(), self.size, "one host label per rank");
-        Cabling { hosts: Some(hosts), ..self }
+        let mut labels: Vec<usize> = Vec::new();
+        let mut ranks: Vec<Vec<usize>> = Vec::new();
+        for (r, label) in hosts.into_iter().enumerate() {
+            match labels.iter().position(|&l| l == label) {
+                Some(i) => ranks[i].push(r),
+                None => {
+                    labels.push(label);
+                    ranks.push(vec![r]);
+                }
+            }
+        }
+        Cabling { hosts: Some(ranks), ..self }
     }
 
     /// The cabling among `members` (ranks of this cabling), in that order.
     pub fn subset(&self, members: &[usize]) -> Cabling {
-        Cabling {
+        let sub = Cabling {
             links: self
                 .links
                 .as_ref()
                 .map(|l| members.iter().map(|&a| members.iter().map(|&b| l[a][b]).collect()).collect()),
-            hosts: self.hosts.as_ref().map(|h| members.iter().map(|&a| h[a]).collect()),
+            hosts: None,
             size: members.len(),
+        };
+        match &self.hosts {
+            Some(hosts) => {
+                let host_of = |a: usize| hosts.iter().position(|h| h.contains(&a)).expect("every rank has a host");
+                sub.with_hosts(members.iter().map(|&a| host_of(a)).collect())
+            }
+            None => sub,
         }
     }
 
     /// The ranks of each host (sharing memory), in group order, hosts in the order of their
     /// first ranks; one rank per "host" when nothing is known of hosts.
     pub fn host_ranks(&self) -> Vec<Vec<usize>> {
-        let Some(h) = &self.hosts else { return (0..self.size).map(|r| vec![r]).collect() };
-        let mut order: Vec<usize> = Vec::new();
-        let mut ranks: Vec<Vec<usize>> = Vec::new();
-        for (r, label) in h.iter().enumerate() {
-            match order.iter().position(|l| l == label) {
-                Some(i) => ranks[i].push(r),
-                None => {
-                    order.push(*label);
-                    ranks.push(vec![r]);
-                }
-            }
-        }
-        ranks
+        self.hosts.clone().unwrap_or_else(|| (0..self.size).map(|r| vec![r]).collect())
     }
 
-    /// Rank `me`'s two levels when the group spans two or more hosts with the same number
-    /// (two or more) of ranks on each, and every pair across hosts at the same local position
-    /// is linked alike (TCP everywhere, or an RDMA cable for each): then an all-reduce can
-    /// reduce inside each host over shared memory and send only host totals over the network.
-    /// `None` otherwise, the same on every rank.
-    pub fn levels(&self, me: usize) -> Option<Levels> {
-        let hosts = self.host_ranks();
+    /// The hosts, when the group spans two or more with the same number (two or more) of ranks
+    /// on each, and every pair across hosts at the same local position is linked alike (TCP
+    /// everywhere, or an RDMA cable for each). Checked on every all-reduce: allocates nothing.
+    fn two_level_hosts(&self) -> Option<&[Vec<usize>]> {
+        let hosts = self.hosts.as_deref()?;
         let per_host = hosts[0].len();
         if hosts.len() < 2 || per_host < 2 || hosts.iter().any(|h| h.len() != per_host) {
             return None;
@@ -103,6 +107,15 @@ impl Cabling {
                 return None;
             }
         }
+        Some(hosts)
+    }
+
+    /// Rank `me`'s two levels when the group spans two or more hosts with the same number (two
+    /// or more) of ranks on each, every pair across hosts at the same position linked alike:
+    /// then an all-reduce can reduce inside each host over shared memory and send only host
+    /// totals over the network. `None` otherwise, the same on every rank.
+    pub fn levels(&self, me: usize) -> Option<Levels> {
+        let hosts = self.two_level_hosts()?;
         let local = hosts.iter().find(|h| h.contains(&me))?.clone();
         let at = local.iter().position(|&r| r == me)?;
         Some(Levels { across: hosts.iter().map(|h| h[at]).collect(), local })
@@ -142,7 +155,7 @@ pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -
     let around_ring = cfg.algo == Algo::Ring || (cfg.algo == Algo::Auto && ring && large);
     match coll {
         Collective::AllReduce => match cfg.algo {
-            Algo::Auto if cabling.levels(0).is_some() => Algo::Hosts,
+            Algo::Auto if cabling.two_level_hosts().is_some() => Algo::Hosts,
             Algo::Auto if !large => Algo::Mesh,
             Algo::Auto if ring => Algo::Ring,
             Algo::Auto => Algo::Direct,

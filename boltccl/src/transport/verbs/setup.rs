@@ -351,7 +351,8 @@ pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config, elsewhere: &[usi
     if !tcp_peers.is_empty() {
         tracing::info!(rank, ?tcp_peers, "no RDMA device toward these ranks in the matrix: using TCP for them");
     }
-    let slot = (LINK_HDR + HEADER_LEN + cfg.chunk_bytes.unwrap_or(crate::config::NET_CHUNK_BYTES)).min(MAX_MESSAGE);
+    // An RDMA group is never all shared memory: its pieces are the network's.
+    let slot = (LINK_HDR + HEADER_LEN + crate::algo::select::chunk_bytes(cfg, cfg.world_size, false)).min(MAX_MESSAGE);
     let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
     let peers: Vec<usize> =
         (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p) && !elsewhere.contains(&p)).collect();
