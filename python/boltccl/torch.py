@@ -110,15 +110,11 @@ _WORK_FROM_FUTURE = int(torch.__version__.split(".")[0]) < 2
 
 
 def _handed(work: "_Work") -> dist.Work:
-    if _WORK_FROM_FUTURE:
-        return torch._C._distributed_c10d._create_work_from_future(work.get_future())
-    return work
-
-
-def _p2p_done(work: "_Work") -> "_Work":
-    """On torch 1.x, a send or receive completes before it returns (see `_WORK_FROM_FUTURE`)."""
+    """What a call returns to torch: `work` itself, or on torch 1.x (see `_WORK_FROM_FUTURE`)
+    a Work built on its future once it has completed (its error raised here, at the call)."""
     if _WORK_FROM_FUTURE:
         work.wait()
+        return torch._C._distributed_c10d._create_work_from_future(work.get_future())
     return work
 
 
@@ -278,15 +274,13 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         """Run `calls` (each `call(async_op)`): inline when small, else started. A boltccl error
         of an inline call is kept for wait(), as a started call's would be."""
         if inline is None:
-            inline = nbytes <= INLINE_MAX_BYTES or _WORK_FROM_FUTURE
+            inline = nbytes <= INLINE_MAX_BYTES
         if not inline:
             return _handed(_Work([c(True) for c in calls], result, finish))
         for c in calls:
             try:
                 c(False)
             except boltccl.Error as e:
-                if _WORK_FROM_FUTURE:
-                    raise
                 return _handed(_Work([], result, None, error=e))
         return _handed(_Work([], result, finish))
 
@@ -418,7 +412,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         for t in tensors:
             _check(t, "tensor")
             works.append(self._g.send(_flat(t), dst, async_op=True))
-        return _handed(_p2p_done(_Work(works, list(tensors))))
+        return _handed(_Work(works, list(tensors)))
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
         works, copies = [], []
@@ -427,7 +421,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             f = _flat(t)
             copies.append((t, f))
             works.append(self._g.recv(f, src, async_op=True))
-        return _handed(_p2p_done(_Work(works, list(tensors), self._finisher(copies, False))))
+        return _handed(_Work(works, list(tensors), self._finisher(copies, False)))
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> dist.Work:
         raise ValueError("the boltccl backend receives from a named rank only: pass src= to recv/irecv")
