@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::harness::{is_worker, Job, RankOutput};
+use common::harness::{is_worker, one_job_at_a_time, Job, RankOutput};
 use common::verbs::verbs_env;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -122,12 +122,11 @@ fn failure_of(o: &RankOutput, at: u128, label: &str) -> (u128, String, u128) {
     (err_at.saturating_sub(at), err, again_ms)
 }
 
-/// One job at a time: two 4-rank jobs at once on a 2-core machine starve each other's ranks,
-/// and these tests time how soon each rank hears of a death.
-static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+// One job at a time (`one_job_at_a_time`): two 4-rank jobs at once on a 2-core machine starve
+// each other's ranks, and these tests time how soon each rank hears of a death.
 
 fn killed(n: usize, backend: Backend, victims: &[usize]) {
-    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_job_at_a_time();
     let label = format!("{n} ranks over {backend:?}, kill -9 of {victims:?}");
     let (at, outs) = signal_mid_collective(n, backend, victims, rustix::process::Signal::Kill, 30_000, None);
     for o in outs.iter().filter(|o| !victims.contains(&o.rank)) {
@@ -144,7 +143,7 @@ fn killed(n: usize, backend: Backend, victims: &[usize]) {
 }
 
 fn stopped(n: usize, backend: Backend) {
-    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_job_at_a_time();
     let timeout = 2_000;
     let label = format!("{n} ranks over {backend:?}, SIGSTOP of rank 0");
     let cont = Duration::from_millis(timeout + 2_000);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::harness::{is_worker, Job};
+use common::harness::{is_worker, one_job_at_a_time, Job};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -110,13 +110,9 @@ fn leftovers() -> (BTreeSet<String>, usize) {
     (shm, sockets)
 }
 
-/// The tests here run their jobs one at a time: "nothing left behind" compares the host's
-/// shared-memory files and sockets before and after, which another test's live job would
-/// change.
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static JOBS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    JOBS.lock().unwrap_or_else(|e| e.into_inner())
-}
+// The tests here run their jobs one at a time (`one_job_at_a_time`): "nothing left behind"
+// compares the host's shared-memory files and sockets before and after, which another test's
+// live job would change.
 
 fn job(n: usize, scenario: &str) -> Job {
     Job::new(n, "shm_worker").env("BOLTCCL_BACKEND", "shm").env("SCENARIO", scenario).env("BOLTCCL_TIMEOUT_MS", "10000")
@@ -127,7 +123,7 @@ fn job(n: usize, scenario: &str) -> Job {
 /// unix sockets.
 #[test]
 fn nothing_is_left_behind_when_ranks_are_killed_at_any_moment() {
-    let _one = one_at_a_time();
+    let _one = one_job_at_a_time();
     let before = leftovers();
     for (trial, delay_ms) in [0u64, 5, 20, 60, 150, 400, 900].into_iter().enumerate() {
         let victim = trial % 3;
@@ -153,7 +149,7 @@ fn nothing_is_left_behind_when_ranks_are_killed_at_any_moment() {
 /// Another user cannot read a rank's shared memory, even knowing where it is.
 #[test]
 fn other_users_cannot_read_the_segments() {
-    let _one = one_at_a_time();
+    let _one = one_job_at_a_time();
     let ranks = job(2, "files").spawn();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut text = ranks.stdout_so_far(0);
@@ -191,7 +187,7 @@ fn other_users_cannot_read_the_segments() {
 /// the group still forms.
 #[test]
 fn a_process_without_the_key_cannot_attach() {
-    let _one = one_at_a_time();
+    let _one = one_job_at_a_time();
     let job = job(2, "steady");
     let first = job.start([0]);
     // Rank 0 listens on its set-up socket before the group forms; find it and knock.
@@ -241,7 +237,7 @@ fn listening_socket(pid: u32) -> Option<String> {
 /// same, and calls of several pieces give the right sums.
 #[test]
 fn groups_on_shared_memory_agree_on_larger_pieces() {
-    let _one = one_at_a_time();
+    let _one = one_job_at_a_time();
     for (n, whole, half) in [(3, 8 << 20, 8 << 20), (4, 5_591_040, 8 << 20)] {
         let outs = job(n, "pieces").spawn().wait(Duration::from_secs(120));
         for o in &outs {
@@ -258,7 +254,7 @@ fn groups_on_shared_memory_agree_on_larger_pieces() {
 /// 10,000 small and 1,000 64 KiB all_sums: file descriptors and resident memory stay flat.
 #[test]
 fn ten_thousand_calls_grow_nothing() {
-    let _one = one_at_a_time();
+    let _one = one_job_at_a_time();
     let outs = job(3, "steady").spawn().wait(Duration::from_secs(300));
     for o in &outs {
         assert!(o.status.success(), "rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr);

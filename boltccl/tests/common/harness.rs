@@ -24,6 +24,13 @@ pub fn free_port() -> u16 {
 }
 
 /// True in a re-executed rank process.
+/// Held while a test runs its job, so the test binary runs those jobs one at a time (each file
+/// says why its tests need that). A test that failed holding it does not block the others.
+pub fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static JOBS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    JOBS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn is_worker() -> bool {
     std::env::var("BOLTCCL_TEST_ROLE").as_deref() == Ok("worker")
 }
