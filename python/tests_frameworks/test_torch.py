@@ -31,9 +31,10 @@ def test_every_collective_under_boltccl_launch():
     assert [r["rank"] for r in res] == [0, 1, 2], out
 
 
-def test_an_error_surfaces_at_wait_as_boltcccl_raises_it():
+@pytest.mark.parametrize("elements", [1, 1 << 16], ids=["inline", "started"])
+def test_an_error_surfaces_at_wait_as_boltcccl_raises_it(elements):
     out = run(
-        [*TORCHRUN, "--nproc-per-node", "2", str(WORKERS / "torch_errors.py")],
+        [*TORCHRUN, "--nproc-per-node", "2", str(WORKERS / "torch_errors.py"), str(elements)],
         env=clean_env({"BOLTCCL_TIMEOUT_MS": "5000"}),
     )
     res = [r for r in results(out) if r["rank"] == 0]

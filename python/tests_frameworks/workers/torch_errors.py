@@ -1,6 +1,7 @@
 """Errors through the torch backend surface as boltccl's own exceptions: rank 1 leaves without
 joining an all_reduce that rank 0 started with async_op=True. Says where the error came: at
-wait() (torch 2.x), or at the call (torch 1.x, where calls complete before they return)."""
+wait() (torch 2.x), or at the call (torch 1.x, where calls complete before they return).
+Argument: the all_reduce's element count (default 65536: a started call; 1 runs inline)."""
 
 import json
 import os
@@ -22,7 +23,7 @@ if rank == 1:
 t0 = time.time()
 at, kind = "call", None
 try:
-    w = dist.all_reduce(torch.ones(1 << 16), async_op=True)
+    w = dist.all_reduce(torch.ones(int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 16), async_op=True)
     at = "wait"
     w.wait()
 except boltccl.Error as e:
