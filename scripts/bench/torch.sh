@@ -2,7 +2,8 @@
 # torch.distributed all_reduce, backend "boltccl" against "gloo" (the same script, the backend
 # swapped), 2 and 4 ranks under torchrun, float32 at 4 B, 1 KiB, 1 MiB, 16 MiB, 64 MiB; and
 # `boltccl bench` at 4 B and 64 MiB in the same run, for what the torch layer costs. Rounds
-# alternate the backends (ROUNDS, default 2); the table shows medians over rounds.
+# alternate the backends (ROUNDS, default 2); the table shows medians over rounds. The bench
+# gets the torch script's time budget per size (BENCH_BUDGET_S, 1.5 s), so both warm alike.
 # Needs target/frameworks-venv (scripts/test-frameworks.sh).
 #   scripts/bench.sh torch            ROUNDS=3 BENCH_NS="2" scripts/bench.sh torch
 set -euo pipefail
@@ -22,7 +23,7 @@ for round in $(seq "${ROUNDS:-2}"); do
                 scripts/bench/torch_allreduce.py --backend "$backend" --round "$round" "$out" >/dev/null 2>&1 \
                 || { echo "torch_allreduce.py --backend $backend at $n ranks failed" >&2; exit 1; }
         done
-        timeout 600 "$bin" bench -n "$n" --ops all-sum --sizes 4,64M --json "$out" --round "$round" --label boltccl-bench >/dev/null
+        timeout 600 "$bin" bench -n "$n" --ops all-sum --sizes 4,64M --budget-s "${BENCH_BUDGET_S:-1.5}" --json "$out" --round "$round" --label boltccl-bench >/dev/null
     done
 done
 echo "load after: $(cat /proc/loadavg)"
