@@ -28,7 +28,7 @@ pub fn agreed_settings(cfg: &Config) -> Vec<(String, String)> {
 pub struct Joined {
     /// `links[peer][stream]`: the data connections (none to this rank).
     pub links: Vec<Vec<TcpStream>>,
-    /// The control connections: rank 0 has one to every other rank, the others one to rank 0.
+    /// `control[peer]`: the control connection to every other rank (none to this rank).
     pub control: Vec<Option<TcpStream>>,
 }
 

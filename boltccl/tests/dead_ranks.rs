@@ -1,11 +1,12 @@
 //! Ranks that die or stop mid-collective, ranks started directly (not through the launcher,
 //! which would kill the others and hide a hang), at 2, 3 and 4 ranks, over TCP, shared memory
 //! and verbs (softverbs):
-//! - `kill -9` of rank 0 — the coordinator, which relays aborts and dead ranks — and of two
-//!   ranks at once (rank 0 among them, or not): every survivor fails within 2 s, naming a dead
-//!   rank, and its next call fails at once;
+//! - `kill -9` of rank 0 — the coordinator — and of two ranks at once (rank 0 among them, or
+//!   not): every survivor fails within 2 s, naming a dead rank, and its next call fails at once;
 //! - `SIGSTOP` of rank 0: every other rank fails at the deadline (`BOLTCCL_TIMEOUT_MS`), naming
-//!   rank 0; once continued, rank 0 fails too, and every process exits.
+//!   rank 0; once continued, rank 0 fails too, and every process exits. The same with the ring
+//!   algorithm, where only the stopped rank's neighbours wait on it (the others wait on a
+//!   neighbour, and must still name the stopped rank), for rank 0 and for another rank.
 //!
 //! The test sends the signals itself, once every rank has finished a first all_sum and is in
 //! the loop of the next ones (each 16 MiB: the signal lands mid-call).
@@ -63,6 +64,7 @@ enum Backend {
 fn signal_mid_collective(
     n: usize,
     backend: Backend,
+    algo: &str,
     victims: &[usize],
     sig: rustix::process::Signal,
     timeout_ms: u64,
@@ -71,7 +73,8 @@ fn signal_mid_collective(
     let dir = tempfile::tempdir().unwrap();
     let mut job = Job::new(n, "dead_ranks_worker")
         .env("READY_DIR", dir.path().display().to_string())
-        .env("BOLTCCL_TIMEOUT_MS", timeout_ms.to_string());
+        .env("BOLTCCL_TIMEOUT_MS", timeout_ms.to_string())
+        .env("BOLTCCL_ALGO", algo);
     job = match backend {
         Backend::Tcp => job.env("BOLTCCL_BACKEND", "tcp"),
         Backend::Shm => job.env("BOLTCCL_BACKEND", "shm"),
@@ -128,7 +131,7 @@ fn failure_of(o: &RankOutput, at: u128, label: &str) -> (u128, String, u128) {
 fn killed(n: usize, backend: Backend, victims: &[usize]) {
     let _one = one_job_at_a_time();
     let label = format!("{n} ranks over {backend:?}, kill -9 of {victims:?}");
-    let (at, outs) = signal_mid_collective(n, backend, victims, rustix::process::Signal::Kill, 30_000, None);
+    let (at, outs) = signal_mid_collective(n, backend, "auto", victims, rustix::process::Signal::Kill, 30_000, None);
     for o in outs.iter().filter(|o| !victims.contains(&o.rank)) {
         let (after, err, again_ms) = failure_of(o, at, &label);
         eprintln!("{label}: rank {} failed {after} ms after the kill: {err}", o.rank);
@@ -142,27 +145,53 @@ fn killed(n: usize, backend: Backend, victims: &[usize]) {
     }
 }
 
-fn stopped(n: usize, backend: Backend) {
+fn stopped(n: usize, backend: Backend, algo: &str, victim: usize) {
     let _one = one_job_at_a_time();
     let timeout = 2_000;
-    let label = format!("{n} ranks over {backend:?}, SIGSTOP of rank 0");
+    let label = format!("{n} ranks over {backend:?}, algorithm {algo}, SIGSTOP of rank {victim}");
     let cont = Duration::from_millis(timeout + 2_000);
-    let (at, outs) = signal_mid_collective(n, backend, &[0], rustix::process::Signal::Stop, timeout, Some(cont));
+    let (at, outs) =
+        signal_mid_collective(n, backend, algo, &[victim], rustix::process::Signal::Stop, timeout, Some(cont));
     for o in &outs {
         let (after, err, _) = failure_of(o, at, &label);
         eprintln!("{label}: rank {} failed {after} ms after the stop: {err}", o.rank);
-        if o.rank == 0 {
+        if o.rank == victim {
             // Continued after the others gave up: it finds them gone.
-            assert!(after >= cont.as_millis(), "{label}: rank 0 failed while stopped?");
+            assert!(after >= cont.as_millis(), "{label}: rank {victim} failed while stopped?");
             continue;
         }
-        assert!(err.contains("rank 0"), "{label}: rank {} does not name rank 0: {err}", o.rank);
+        let named = format!("rank {victim}");
+        assert!(err.contains(&named), "{label}: rank {} does not name {named}: {err}", o.rank);
         assert!(err.contains("timed out"), "{label}: rank {}: not the deadline: {err}", o.rank);
         // At the deadline (counted from the last progress, which may be a little before the
         // stop), never long after it.
         let t = timeout as u128;
         assert!((t - 500..t + 3_000).contains(&after), "{label}: rank {} failed {after} ms after the stop", o.rank);
     }
+}
+
+/// In a ring the ranks beyond the stopped rank's neighbours wait on a live rank: they learn
+/// whom it waits for from its abort, sent to every rank directly (a relay through rank 0 would
+/// stall with it).
+fn stopped_in_a_ring(backend: Backend) {
+    for (n, victim) in [(3, 0), (4, 0), (4, 2)] {
+        stopped(n, backend, "ring", victim);
+    }
+}
+
+#[test]
+fn stopped_rank_is_named_on_every_rank_in_a_ring_over_tcp() {
+    stopped_in_a_ring(Backend::Tcp);
+}
+
+#[test]
+fn stopped_rank_is_named_on_every_rank_in_a_ring_over_shared_memory() {
+    stopped_in_a_ring(Backend::Shm);
+}
+
+#[test]
+fn stopped_rank_is_named_on_every_rank_in_a_ring_over_verbs() {
+    stopped_in_a_ring(Backend::Verbs);
 }
 
 #[test]
@@ -209,20 +238,20 @@ fn two_ranks_killed_at_once_over_verbs() {
 #[test]
 fn stopped_coordinator_fails_the_others_at_the_deadline_over_tcp() {
     for n in 2..=4 {
-        stopped(n, Backend::Tcp);
+        stopped(n, Backend::Tcp, "auto", 0);
     }
 }
 
 #[test]
 fn stopped_coordinator_fails_the_others_at_the_deadline_over_shared_memory() {
     for n in 2..=4 {
-        stopped(n, Backend::Shm);
+        stopped(n, Backend::Shm, "auto", 0);
     }
 }
 
 #[test]
 fn stopped_coordinator_fails_the_others_at_the_deadline_over_verbs() {
     for n in 2..=4 {
-        stopped(n, Backend::Verbs);
+        stopped(n, Backend::Verbs, "auto", 0);
     }
 }

@@ -8,7 +8,10 @@
 //! 3. Rank 0 checks them all and answers with the table of every rank's address, or with a
 //!    rejection that names the rank and the setting that differ, sent to every rank.
 //! 4. Ranks connect the data mesh (higher ranks dial lower ones, each connection authenticated
-//!    and tagged with the job id). The coordinator connections stay open as control channels.
+//!    and tagged with the job id), and a control connection between every two ranks other than
+//!    rank 0; the coordinator connections are rank 0's. Together they are the control mesh: a
+//!    rank that fails tells every other directly, so news does not depend on any one rank
+//!    (a stalled rank 0 included).
 //!
 //! Anything malformed, unauthenticated or oversized arriving on a listening port is logged and
 //! dropped; it never stops the group from forming.
@@ -61,6 +64,9 @@ enum Reply {
     Reject { rank: Option<usize>, what: String },
 }
 
+/// What a rank dialling a lower one says first: whose connection this is. Streams
+/// `0..BOLTCCL_TCP_STREAMS` carry data; stream `BOLTCCL_TCP_STREAMS` (one past them) is the
+/// pair's control connection, between ranks other than 0.
 #[derive(Debug, Serialize, Deserialize)]
 struct Join {
     job: u64,
@@ -253,7 +259,7 @@ pub(crate) struct Rendezvous {
     /// `links[peer][stream]`: the data connections (`BOLTCCL_TCP_STREAMS` per peer; none to
     /// this rank).
     pub links: Vec<Vec<TcpStream>>,
-    /// The control connections: rank 0 has one to every other rank, the others one to rank 0.
+    /// `control[peer]`: the control connection to every other rank (none to this rank).
     pub control: Vec<Option<TcpStream>>,
     /// Every rank, in rank order.
     pub peers: Vec<PeerInfo>,
@@ -307,9 +313,11 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
         (None, None) => unreachable!("either coordinator or client"),
     };
 
-    // Step 4: the data mesh. Accept from higher ranks on a helper thread while dialling lower.
+    // Step 4: the data mesh, and the control connections between ranks other than 0 (stream
+    // `streams` of a pair). Accept from higher ranks on a helper thread while dialling lower.
     let streams = cfg.tcp_streams;
-    let want = (size - 1 - rank) * streams;
+    let per_pair = |lower: usize| streams + usize::from(lower != 0);
+    let want = (size - 1 - rank) * per_pair(rank);
     let key_for_accept = key.clone();
     let acceptor = std::thread::spawn(move || {
         accept_vetted(&data_listener, &key_for_accept, deadline, want, "connecting the data mesh", move |s| {
@@ -317,9 +325,10 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
         })
         .map_err(|(e, _)| e)
     });
-    let mut links: Vec<Vec<Option<TcpStream>>> = (0..size).map(|_| (0..streams).map(|_| None).collect()).collect();
-    for (peer, (info, slots)) in peers.iter().zip(links.iter_mut()).enumerate().take(rank) {
-        for (stream, slot) in slots.iter_mut().enumerate() {
+    // `slots[peer][stream]`, the control connection last.
+    let mut slots: Vec<Vec<Option<TcpStream>>> = (0..size).map(|_| (0..=streams).map(|_| None).collect()).collect();
+    for (peer, (info, pair)) in peers.iter().zip(slots.iter_mut()).enumerate().take(rank) {
+        for (stream, slot) in pair.iter_mut().enumerate().take(per_pair(peer)) {
             let mut s = dial(info.data_addr, &key, deadline, &format!("rank {peer}"))?;
             auth::send(&mut s, &Join { job, rank, stream })?;
             *slot = Some(s);
@@ -327,13 +336,19 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
     }
     let accepted = acceptor.join().map_err(|_| Error::Internal("acceptor thread panicked".into()))??;
     for (s, j) in accepted {
-        if links[j.rank][j.stream].replace(s).is_some() {
+        if slots[j.rank][j.stream].replace(s).is_some() {
             return Err(Error::Protocol { from: format!("rank {}", j.rank), detail: "duplicate connection".into() });
         }
     }
-    let links: Vec<Vec<TcpStream>> = links.into_iter().map(|l| l.into_iter().flatten().collect()).collect();
-
-    let control: Vec<Option<TcpStream>> = if rank == 0 { control } else { vec![to_coord] };
+    let mut control: Vec<Option<TcpStream>> = if rank == 0 { control } else { (0..size).map(|_| None).collect() };
+    if rank != 0 {
+        control[0] = to_coord;
+    }
+    for (peer, pair) in slots.iter_mut().enumerate().filter(|&(p, _)| p != 0 && rank != 0) {
+        control[peer] = pair[streams].take();
+    }
+    let links: Vec<Vec<TcpStream>> =
+        slots.into_iter().map(|l| l.into_iter().take(streams).flatten().collect()).collect();
     Ok(Rendezvous { links, control, peers, job })
 }
 
@@ -351,10 +366,12 @@ fn table(reply: Reply, size: usize) -> Result<(u64, Vec<PeerInfo>)> {
     }
 }
 
-/// Whether a data connection's `Join` belongs here: this job, a higher rank of this world
-/// (lower ranks are dialled, not accepted), one of its streams.
+/// Whether a connection's `Join` belongs here: this job, a higher rank of this world (lower
+/// ranks are dialled, not accepted), one of its data streams or, unless this is rank 0 (whose
+/// control connections are the coordinator's), the pair's control stream.
 fn vet_join(j: Join, job: u64, rank: usize, size: usize, streams: usize) -> Result<Join> {
-    if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= streams {
+    let slots = streams + usize::from(rank != 0);
+    if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= slots {
         return Err(Error::Protocol {
             from: format!("rank {}", j.rank),
             detail: "connection for another job or slot".into(),

@@ -1,10 +1,12 @@
-//! The control plane of a process group: a star of TCP connections through rank 0 (the
-//! bootstrap connections, kept open).
+//! The control plane of a process group: a TCP connection between every two ranks (rank 0's
+//! are the bootstrap's coordinator connections, kept open; see [`crate::bootstrap`]).
 //!
-//! A rank that fails sends an abort frame to rank 0, which relays it to everyone; rank 0 also
-//! notices a rank whose connection closes without a goodbye and tells the others. So ranks
-//! that were not talking to a failed rank learn of it within moments, whatever the data links
-//! (TCP, shared memory, RDMA) are doing.
+//! A rank that fails sends an abort frame, naming the cause, to every other rank, and every
+//! rank notices a rank whose connection closes without a goodbye. So ranks that were not
+//! talking to a failed rank learn of it within moments, whatever the data links (TCP, shared
+//! memory, RDMA) are doing, and without a relay that a stalled rank could hold up: in a ring,
+//! the ranks beyond a stalled rank's neighbour wait on that neighbour, and learn whom it waits
+//! for only from its abort.
 
 use super::progress::Control;
 use crate::error::Error;
@@ -26,17 +28,17 @@ struct Spoke {
     departed: bool,
 }
 
-/// One rank's end of the star.
-pub(crate) struct StarControl {
+/// One rank's end of the control mesh.
+pub(crate) struct MeshControl {
     rank: usize,
-    /// Rank 0: one per other rank. Others: only `spokes[0]`, the connection to rank 0.
+    /// `spokes[r]`: the connection to rank r (none to this rank).
     spokes: Vec<Option<Spoke>>,
     aborted: bool,
 }
 
-impl StarControl {
-    /// The star from the bootstrap's connections (`streams[r]` to rank r, where there is one).
-    pub(crate) fn new(rank: usize, streams: Vec<Option<TcpStream>>) -> io::Result<StarControl> {
+impl MeshControl {
+    /// The mesh from the bootstrap's connections (`streams[r]` to rank r).
+    pub(crate) fn new(rank: usize, streams: Vec<Option<TcpStream>>) -> io::Result<MeshControl> {
         let spokes = streams
             .into_iter()
             .map(|s| {
@@ -50,7 +52,7 @@ impl StarControl {
                 .transpose()
             })
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(StarControl { rank, spokes, aborted: false })
+        Ok(MeshControl { rank, spokes, aborted: false })
     }
 
     fn send_to_all(&mut self, frame: &[u8], except: Option<usize>) {
@@ -62,8 +64,8 @@ impl StarControl {
     }
 }
 
-/// On the hub, an abort that rank `peer` sends about another rank also names `peer`: a rank
-/// (buggy or hostile) cannot make every rank blame a third one without being named itself.
+/// An abort that rank `peer` sends about another rank also names `peer`: a rank (buggy or
+/// hostile) cannot make every rank blame a third one without being named itself.
 fn reported_by(e: Error, peer: usize) -> Error {
     match e {
         Error::PeerLost { rank, detail } if rank != peer => {
@@ -76,9 +78,8 @@ fn reported_by(e: Error, peer: usize) -> Error {
     }
 }
 
-/// Read what arrived on one spoke: the first error it announces, if any. `hub`: this is rank
-/// 0, where each spoke is the rank it names.
-fn read_spoke(peer: usize, s: &mut Spoke, hub: bool) -> Option<Error> {
+/// Read what arrived on rank `peer`'s spoke: the first error it announces, if any.
+fn read_spoke(peer: usize, s: &mut Spoke) -> Option<Error> {
     let mut found = None;
     let mut tmp = [0u8; 1024];
     let event = loop {
@@ -104,7 +105,7 @@ fn read_spoke(peer: usize, s: &mut Spoke, hub: bool) -> Option<Error> {
         match s.decoder.next() {
             Ok(Some(frame::Control::Goodbye)) => s.departed = true,
             Ok(Some(frame::Control::Abort(e))) => {
-                found.get_or_insert(if hub { reported_by(e, peer) } else { e });
+                found.get_or_insert(reported_by(e, peer));
             }
             Ok(None) => break,
             Err(d) => {
@@ -122,21 +123,14 @@ fn read_spoke(peer: usize, s: &mut Spoke, hub: bool) -> Option<Error> {
     found
 }
 
-impl Control for StarControl {
+impl Control for MeshControl {
     fn check(&mut self) -> Option<Error> {
         let mut found = None;
         for (peer, s) in self.spokes.iter_mut().enumerate() {
             if let Some(s) = s.as_mut().filter(|s| !s.departed) {
-                if let Some(e) = read_spoke(peer, s, self.rank == 0) {
+                if let Some(e) = read_spoke(peer, s) {
                     found.get_or_insert(e);
                 }
-            }
-        }
-        if let Some(e) = &found {
-            if self.rank == 0 {
-                // The hub passes the news on, so every rank hears it.
-                let (culprit, frame) = abort_frame(self.rank, e);
-                self.send_to_all(&frame, Some(culprit));
             }
         }
         found
@@ -162,7 +156,7 @@ impl Control for StarControl {
     }
 }
 
-impl Drop for StarControl {
+impl Drop for MeshControl {
     fn drop(&mut self) {
         if !self.aborted {
             self.send_to_all(&Header::goodbye().encode(), None);

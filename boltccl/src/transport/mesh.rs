@@ -3,7 +3,7 @@
 
 use super::progress::{Channel, Control, Engine, Pace, WaitPolicy};
 use super::tcp::TcpChannel;
-use super::{control::StarControl, Limits, LinkKind, OnRecv, RecvOp, SendOp, Transport};
+use super::{control::MeshControl, Limits, LinkKind, OnRecv, RecvOp, SendOp, Transport};
 use crate::algo::select::Cabling;
 use crate::bootstrap::{PeerInfo, Rendezvous};
 use crate::config::Config;
@@ -40,7 +40,7 @@ impl Mesh {
         tracing::debug!(rank, local, ?wait, "bootstrap: mesh connected");
         let io = |e| Error::io(rank, "socket setup", e);
         let tcp = TcpChannel::new(boot.links).map_err(io)?;
-        let control = StarControl::new(rank, boot.control).map_err(io)?;
+        let control = MeshControl::new(rank, boot.control).map_err(io)?;
         Ok(Mesh::new(rank, size, Box::new(tcp), Box::new(control), wait))
     }
 

@@ -347,9 +347,9 @@ impl Engine {
 }
 
 /// Read the control plane's news and let every channel look for silently lost peers. News
-/// from the control plane sets `told`: it already names the cause (an abort relayed by rank
-/// 0), and looking again could only find a later, lesser event, such as rank 0 exiting after
-/// it relayed the abort.
+/// from the control plane sets `told`: it already names the cause (another rank's abort), and
+/// looking again could only find a later, lesser event, such as that rank exiting after it
+/// sent the abort.
 fn check(channels: &mut [Box<dyn Channel>], control: &mut dyn Control, told: &mut bool) -> Result<()> {
     if let Some(e) = control.check() {
         *told = true;
