@@ -135,7 +135,8 @@ enum boltccl_result
    */
   BOLTCCL_RESULT_ABORTED = 9104,
   /**
-   * No progress within the deadline (`BOLTCCL_TIMEOUT_MS`). The group is unusable.
+   * No progress within the deadline (`BOLTCCL_TIMEOUT_MS`): the group is unusable. From
+   * `boltccl_init`: the group did not form within `BOLTCCL_INIT_TIMEOUT_MS`.
    */
   BOLTCCL_RESULT_TIMEOUT = 9105,
   /**

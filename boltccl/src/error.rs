@@ -50,6 +50,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// The group did not form within `BOLTCCL_INIT_TIMEOUT_MS`: the step, and who was
+    /// missing (ranks that never joined, connections turned away and why).
+    #[error("the group did not form within BOLTCCL_INIT_TIMEOUT_MS: {0}")]
+    InitTimeout(String),
+
     /// No progress within the deadline (`BOLTCCL_TIMEOUT_MS`).
     #[error(
         "{op} timed out after {after:?} without progress while waiting for rank {rank}; \
@@ -232,7 +237,7 @@ impl Error {
             Error::Mismatch { .. } => ErrorKind::Mismatch,
             Error::PeerLost { .. } => ErrorKind::PeerLost,
             Error::Aborted { .. } => ErrorKind::Aborted,
-            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::Timeout { .. } | Error::InitTimeout(_) => ErrorKind::Timeout,
             Error::Io { .. } => ErrorKind::Io,
             Error::Protocol { .. } | Error::Auth { .. } => ErrorKind::Protocol,
             Error::Unsupported(_) => ErrorKind::Unsupported,

@@ -1,5 +1,5 @@
-//! Failure behaviour with ranks as real processes: a killed rank, a stopped rank, a wrong job
-//! key, mismatched calls, garbage on the coordinator port. Nothing may hang; every surviving
+//! Failure behaviour with ranks as real processes: a killed rank, a stopped rank, a rank that
+//! never starts, a wrong job key, mismatched calls, garbage on the coordinator port. Nothing may hang; every surviving
 //! rank must get an error that names the culprit.
 
 mod common;
@@ -29,7 +29,7 @@ fn failure_worker() {
     let g = match boltccl::init() {
         Ok(g) => g,
         Err(e) => {
-            println!("INIT_ERR {e}");
+            println!("INIT_ERR [{}] {e}", e.kind());
             return;
         }
     };
@@ -145,6 +145,26 @@ fn stopped_rank_fails_the_others_at_the_deadline() {
             assert!((1_500..10_000).contains(&after), "{backend}: rank {rank} failed {after} ms after the stop: {err}");
         }
     }
+}
+
+/// Rank 2 of 3 never starts: at the init deadline both ranks that did fail with a timeout
+/// that names rank 2 (rank 1 learns it from the coordinator), not with a configuration error.
+#[test]
+fn a_rank_that_never_starts_is_named_at_the_init_deadline() {
+    let t = Instant::now();
+    let outs = Job::new(3, "failure_worker")
+        .env("SCENARIO", "plain")
+        .env("BOLTCCL_INIT_TIMEOUT_MS", "2000")
+        .start([0, 1])
+        .wait(Duration::from_secs(30));
+    for o in &outs {
+        let err =
+            o.field("INIT_ERR ").unwrap_or_else(|| panic!("rank {} formed a group of 3 with 2:\n{}", o.rank, o.stdout));
+        assert!(err.starts_with("[timeout]"), "rank {}: not a timeout: {err}", o.rank);
+        assert!(err.contains("never joined: rank 2"), "rank {}: rank 2 not named: {err}", o.rank);
+        assert!(err.contains("BOLTCCL_INIT_TIMEOUT_MS"), "rank {}: no hint: {err}", o.rank);
+    }
+    assert!(t.elapsed() < Duration::from_secs(15), "took {:?}", t.elapsed());
 }
 
 #[test]

@@ -34,7 +34,8 @@ pub enum boltccl_result {
     PeerLost = 9103,
     /// Another rank hit an error and aborted the group. The group is unusable.
     Aborted = 9104,
-    /// No progress within the deadline (`BOLTCCL_TIMEOUT_MS`). The group is unusable.
+    /// No progress within the deadline (`BOLTCCL_TIMEOUT_MS`): the group is unusable. From
+    /// `boltccl_init`: the group did not form within `BOLTCCL_INIT_TIMEOUT_MS`.
     Timeout = 9105,
     /// An operating-system I/O error on a link. The group is unusable.
     Io = 9106,

@@ -22,8 +22,8 @@ class Error(Exception):
 
 
 class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 - deliberately shadows the builtin
-    """No progress within the deadline (``BOLTCCL_TIMEOUT_MS`` or ``init(timeout=...)``).
-    Also a builtin ``TimeoutError``."""
+    """No progress within the deadline (``BOLTCCL_TIMEOUT_MS`` or ``init(timeout=...)``), or
+    the group did not form within ``BOLTCCL_INIT_TIMEOUT_MS``. Also a builtin ``TimeoutError``."""
 
 
 class PeerLostError(Error, builtins.ConnectionError):

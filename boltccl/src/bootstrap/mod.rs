@@ -60,8 +60,18 @@ pub(crate) struct PeerInfo {
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Reply {
-    Table { job: u64, peers: Vec<PeerInfo> },
-    Reject { rank: Option<usize>, what: String },
+    Table {
+        job: u64,
+        peers: Vec<PeerInfo>,
+    },
+    /// `timed_out`: the coordinator gave up at the init deadline (else the settings or ranks
+    /// are wrong).
+    Reject {
+        rank: Option<usize>,
+        what: String,
+        #[serde(default)]
+        timed_out: bool,
+    },
 }
 
 /// What a rank dialling a lower one says first: whose connection this is. Streams
@@ -108,9 +118,9 @@ fn dial(addr: SocketAddr, key: &[u8], deadline: Instant, who: &str) -> Result<Tc
         attempts += 1;
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Error::Config(format!(
-                "could not reach {who} at {addr} after {attempts} attempts before BOLTCCL_INIT_TIMEOUT_MS: \
-                 is it running, and is the address right and reachable from this host?"
+            return Err(Error::InitTimeout(format!(
+                "could not reach {who} at {addr} after {attempts} attempts: is it running, and is the \
+                 address right and reachable from this host?"
             )));
         }
         match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(2))) {
@@ -165,8 +175,8 @@ fn accept_vetted<T: Send + 'static>(
                 _ if *n > named.len() => format!("; {n} connections were rejected, among them: {}", named.join("; ")),
                 _ => format!("; rejected: {}", named.join("; ")),
             };
-            let e = Error::Config(format!(
-                "{what}: only {} of {want} ranks connected before BOLTCCL_INIT_TIMEOUT_MS{why}",
+            let e = Error::InitTimeout(format!(
+                "{what}: only {} of the {want} expected connections arrived{why}",
                 got.len()
             ));
             return Err((e, got));
@@ -361,8 +371,9 @@ fn table(reply: Reply, size: usize) -> Result<(u64, Vec<PeerInfo>)> {
             from: "the coordinator".into(),
             detail: format!("table of {} ranks for a world of {size}", peers.len()),
         }),
-        Reply::Reject { rank: Some(r), what } => Err(Error::Mismatch { rank: r, what }),
-        Reply::Reject { rank: None, what } => Err(Error::Config(what)),
+        Reply::Reject { rank: Some(r), what, .. } => Err(Error::Mismatch { rank: r, what }),
+        Reply::Reject { rank: None, what, timed_out: true } => Err(Error::InitTimeout(what)),
+        Reply::Reject { rank: None, what, timed_out: false } => Err(Error::Config(what)),
     }
 }
 
@@ -392,14 +403,24 @@ fn coordinate(
         match accept_vetted(listener, key, deadline, size - 1, "waiting for ranks to join", auth::recv::<Hello>) {
             Ok(h) => h,
             Err((e, joined)) => {
-                // The ranks that did join learn why the group did not form, instead of a closed
-                // connection.
-                let what = match &e {
-                    Error::Config(w) => format!("rank 0 (the coordinator) gave up {w}"),
-                    other => format!("rank 0 (the coordinator) failed: {other}"),
+                // Name the ranks that never joined; the ranks that did learn why the group did
+                // not form, instead of a closed connection.
+                let e = match e {
+                    Error::InitTimeout(w) => {
+                        let missing: Vec<String> = (1..size)
+                            .filter(|r| !joined.iter().any(|(_, h)| h.rank == *r))
+                            .map(|r| r.to_string())
+                            .collect();
+                        Error::InitTimeout(format!("{w}; never joined: rank {}", missing.join(", rank ")))
+                    }
+                    other => other,
+                };
+                let (what, timed_out) = match &e {
+                    Error::InitTimeout(w) => (format!("rank 0 (the coordinator) gave up {w}"), true),
+                    other => (format!("rank 0 (the coordinator) failed: {other}"), false),
                 };
                 for (mut s, _) in joined {
-                    let _ = auth::send(&mut s, &Reply::Reject { rank: None, what: what.clone() });
+                    let _ = auth::send(&mut s, &Reply::Reject { rank: None, what: what.clone(), timed_out });
                 }
                 return Err(e);
             }
@@ -419,7 +440,11 @@ fn coordinate(
             let mut s = s;
             let _ = auth::send(
                 &mut s,
-                &Reply::Reject { rank: None, what: format!("rank {r} joined twice or is out of range") },
+                &Reply::Reject {
+                    rank: None,
+                    what: format!("rank {r} joined twice or is out of range"),
+                    timed_out: false,
+                },
             );
         }
     }
@@ -432,7 +457,7 @@ fn coordinate(
     }
     if let Some((rank, what)) = problem {
         for s in conns.iter_mut().flatten() {
-            let _ = auth::send(s, &Reply::Reject { rank, what: what.clone() });
+            let _ = auth::send(s, &Reply::Reject { rank, what: what.clone(), timed_out: false });
         }
         return Err(match rank {
             Some(rank) => Error::Mismatch { rank, what },
@@ -521,7 +546,7 @@ pub(crate) mod sans_io {
 
     /// A valid `Reject` reply body.
     pub fn reject_reply(rank: Option<usize>, what: &str) -> Vec<u8> {
-        serde_json::to_vec(&Reply::Reject { rank, what: what.into() }).expect("a Reject encodes")
+        serde_json::to_vec(&Reply::Reject { rank, what: what.into(), timed_out: false }).expect("a Reject encodes")
     }
 
     /// A valid `Join` body.
