@@ -221,6 +221,7 @@ fn frame_reader() {
 fn control_stream() -> impl Strategy<Value = Vec<u8>> {
     let frame = prop_oneof![
         Just(Header::goodbye().encode().to_vec()),
+        (0usize..70_000).prop_map(|on| Header::waiting(on).encode().to_vec()),
         (0usize..70_000, any::<bool>(), 0usize..5000).prop_map(|(culprit, lost, n)| {
             let reason = "x".repeat(n);
             let mut v = Header::abort(culprit, lost, reason.len()).encode().to_vec();
@@ -232,7 +233,7 @@ fn control_stream() -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(frame, 1..5).prop_map(|v| v.concat())
 }
 
-/// Control frames (abort, goodbye) as the control connection delivers them, in reads of up to
+/// Control frames (abort, waiting note, goodbye) as the control connection delivers them, in reads of up to
 /// 1 KiB: never more than one frame's worth buffered, a data frame or an oversized one an
 /// error, an abort's reason cut at the limit.
 #[test]
@@ -250,7 +251,7 @@ fn control_frames() {
                         Ok(Some(Control::Abort(e))) => {
                             prop_assert!(e.to_string().len() <= f::MAX_REASON + 200, "reason not bounded");
                         }
-                        Ok(Some(Control::Goodbye)) => {}
+                        Ok(Some(Control::Goodbye | Control::Waiting { .. })) => {}
                         Ok(None) => break,
                         Err(_) => return Ok(()),
                     }

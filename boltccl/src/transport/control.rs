@@ -26,6 +26,8 @@ struct Spoke {
     decoder: ControlDecoder,
     /// The other side said goodbye: its silence is no longer suspicious.
     departed: bool,
+    /// The rank it said it timed out waiting on.
+    waits: Option<usize>,
 }
 
 /// One rank's end of the control mesh.
@@ -47,7 +49,7 @@ impl MeshControl {
                     stream.set_write_timeout(None)?;
                     stream.set_nonblocking(true)?;
                     stream.set_nodelay(true)?;
-                    Ok(Spoke { stream, decoder: ControlDecoder::default(), departed: false })
+                    Ok(Spoke { stream, decoder: ControlDecoder::default(), departed: false, waits: None })
                 })
                 .transpose()
             })
@@ -104,6 +106,7 @@ fn read_spoke(peer: usize, s: &mut Spoke) -> Option<Error> {
     loop {
         match s.decoder.next() {
             Ok(Some(frame::Control::Goodbye)) => s.departed = true,
+            Ok(Some(frame::Control::Waiting { on })) => s.waits = Some(on),
             Ok(Some(frame::Control::Abort(e))) => {
                 found.get_or_insert(reported_by(e, peer));
             }
@@ -140,6 +143,14 @@ impl Control for MeshControl {
         for s in self.spokes.iter().flatten().filter(|s| !s.departed) {
             fds.push(PollFd::new(&s.stream, PollFlags::IN));
         }
+    }
+
+    fn waiting(&mut self, on: usize) {
+        self.send_to_all(&Header::waiting(on).encode(), None);
+    }
+
+    fn waits_of(&self, rank: usize) -> Option<usize> {
+        self.spokes.get(rank)?.as_ref()?.waits
     }
 
     fn abort(&mut self, cause: &Error) {

@@ -76,6 +76,13 @@ impl Control for MemControl {
 
     fn wake_on<'a>(&'a self, _: &mut Vec<PollFd<'a>>) {}
 
+    // Threads of one process stall together or not at all: no notes to follow.
+    fn waiting(&mut self, _: usize) {}
+
+    fn waits_of(&self, _: usize) -> Option<usize> {
+        None
+    }
+
     fn abort(&mut self, cause: &Error) {
         self.aborted.lock().get_or_insert_with(|| wire::relayed(self.rank, cause));
         for b in &self.bells {

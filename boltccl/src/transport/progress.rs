@@ -78,6 +78,10 @@ pub(crate) trait Control: Send {
     fn check(&mut self) -> Option<Error>;
     /// Add the file descriptors whose readiness means news.
     fn wake_on<'a>(&'a self, fds: &mut Vec<PollFd<'a>>);
+    /// Tell every rank that this one timed out waiting on rank `on` (best effort, brief).
+    fn waiting(&mut self, on: usize);
+    /// The rank that rank `rank` said it timed out waiting on, if it said so (read by `check`).
+    fn waits_of(&self, rank: usize) -> Option<usize>;
     /// Tell every rank that this job is failing because of `cause` (best effort, brief).
     fn abort(&mut self, cause: &Error);
     /// No more news can come: every other rank has left, or this control plane tells nothing
@@ -223,7 +227,14 @@ impl Engine {
             }
         }
         match r {
-            Err(e @ (Error::PeerLost { .. } | Error::Timeout { .. })) if !self.told => Err(self.explain(e)),
+            Err(e @ (Error::PeerLost { .. } | Error::Timeout { .. })) if !self.told => {
+                if let Error::Timeout { rank, .. } = e {
+                    // At once, before looking for news: the others, timing out about now, may
+                    // be waiting on this rank and need to know whom it waits on.
+                    self.control.waiting(rank);
+                }
+                Err(self.explain(e))
+            }
             other => other,
         }
     }
@@ -233,7 +244,8 @@ impl Engine {
     /// what they lent and leave, and a third rank may see that first. So look, for a moment,
     /// for the cause: another rank's abort (it names its own cause) is the best; failing that,
     /// a rank whose process is known to have exited (it may have exited because of the abort
-    /// still on its way, so it is only the fallback).
+    /// still on its way, so it is only the fallback). A timeout waiting on a rank that itself
+    /// timed out waiting on another follows those waits to the rank they lead to.
     fn explain(&mut self, err: Error) -> Error {
         let named = match &err {
             Error::PeerLost { rank, .. } | Error::Timeout { rank, .. } => *rank,
@@ -260,8 +272,30 @@ impl Engine {
                 rank: dead,
                 detail: format!("its process exited or was killed (what this rank saw first: {err})"),
             },
-            None => err,
+            None => self.follow_waits(err),
         }
+    }
+
+    /// A timeout waiting on `named`, blamed on the rank the waits lead to: `named`'s own wait,
+    /// and so on, until a rank that did not say it waits (the stalled one) or a cycle (ranks
+    /// waiting on each other: the timeout stays as it is).
+    fn follow_waits(&self, err: Error) -> Error {
+        let Error::Timeout { op, rank: named, after } = err else { return err };
+        let mut seen = vec![named];
+        let mut at = named;
+        while let Some(next) = self.control.waits_of(at) {
+            if seen.contains(&next) {
+                return Error::Timeout { op, rank: named, after };
+            }
+            seen.push(next);
+            at = next;
+        }
+        if at == named {
+            return Error::Timeout { op, rank: named, after };
+        }
+        let through: Vec<String> = seen[..seen.len() - 1].iter().map(|r| format!("rank {r}")).collect();
+        let op = format!("{op} (through {}, which timed out waiting for it)", through.join(", then "));
+        Error::Timeout { op, rank: at, after }
     }
 
     fn drive(

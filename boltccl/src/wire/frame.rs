@@ -89,6 +89,13 @@ pub enum Control {
     Goodbye,
     /// The job is failing; the error every rank reports.
     Abort(Error),
+    /// The sender timed out waiting on rank `on`. Not an abort: with these notes a rank that
+    /// timed out waiting on a live rank can follow the waits to the rank they lead to (in a
+    /// ring, only a stalled rank's neighbours wait on it directly).
+    Waiting {
+        /// The rank the sender waited on.
+        on: usize,
+    },
 }
 
 /// Control frames (abort, goodbye) assembled from a byte stream. Bounded: a frame longer than
@@ -136,6 +143,7 @@ impl ControlDecoder {
         let frame = match h.kind {
             Kind::Goodbye => Control::Goodbye,
             // Data was refused above.
+            Kind::Abort if h.coll == super::WAITING => Control::Waiting { on: h.aux as usize },
             Kind::Abort | Kind::Data => Control::Abort(abort_error(&h, &self.buf[HEADER_LEN..end])),
         };
         self.buf.drain(..end);
@@ -246,6 +254,7 @@ mod tests {
         let cause = Error::Timeout { op: "all_sum".into(), rank: 2, after: std::time::Duration::from_secs(1) };
         let mut bytes = Header::goodbye().encode().to_vec();
         bytes.extend(abort_frame(1, &cause).1);
+        bytes.extend(Header::waiting(3).encode());
         // Byte by byte: frames complete only when their last byte is in.
         let mut seen = Vec::new();
         for b in bytes {
@@ -259,6 +268,7 @@ mod tests {
             Control::Abort(Error::Aborted { rank: 1, reason }) => assert!(reason.contains("rank 2")),
             other => panic!("{other:?}"),
         }
+        assert!(matches!(seen[2], Control::Waiting { on: 3 }), "{:?}", seen[2]);
         let mut d = ControlDecoder::default();
         d.push(&header(0).encode()).unwrap();
         assert_eq!(d.next().unwrap_err(), "data frame on the control connection");

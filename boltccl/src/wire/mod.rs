@@ -194,6 +194,12 @@ impl Header {
         }
     }
 
+    /// The header of a waiting note: this rank timed out waiting on rank `on` (see
+    /// [`crate::wire::frame::Control::Waiting`]). An abort header with `coll` 2, no reason.
+    pub fn waiting(on: usize) -> Header {
+        Header { coll: WAITING, ..Header::abort(on, false, 0) }
+    }
+
     /// A goodbye frame header.
     pub fn goodbye() -> Header {
         Header { kind: Kind::Goodbye, ..Header::abort(0, false, 0) }
@@ -208,6 +214,9 @@ impl Header {
         format!("{what} of {} {dt} elements", self.count)
     }
 }
+
+/// `coll` of an abort header that is a waiting note, not an abort.
+pub(crate) const WAITING: u8 = 2;
 
 /// Turn an abort frame's fields into the error every rank reports.
 pub fn abort_error(h: &Header, reason: &[u8]) -> Error {
