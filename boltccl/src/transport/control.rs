@@ -36,6 +36,8 @@ pub(crate) struct MeshControl {
     /// `spokes[r]`: the connection to rank r (none to this rank).
     spokes: Vec<Option<Spoke>>,
     aborted: bool,
+    /// The rank this one said it timed out waiting on.
+    waits: Option<usize>,
 }
 
 impl MeshControl {
@@ -54,7 +56,7 @@ impl MeshControl {
                 .transpose()
             })
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(MeshControl { rank, spokes, aborted: false })
+        Ok(MeshControl { rank, spokes, aborted: false, waits: None })
     }
 
     fn send_to_all(&mut self, frame: &[u8], except: Option<usize>) {
@@ -146,10 +148,14 @@ impl Control for MeshControl {
     }
 
     fn waiting(&mut self, on: usize) {
+        self.waits = Some(on);
         self.send_to_all(&Header::waiting(on).encode(), None);
     }
 
     fn waits_of(&self, rank: usize) -> Option<usize> {
+        if rank == self.rank {
+            return self.waits;
+        }
         self.spokes.get(rank)?.as_ref()?.waits
     }
 

@@ -80,7 +80,8 @@ pub(crate) trait Control: Send {
     fn wake_on<'a>(&'a self, fds: &mut Vec<PollFd<'a>>);
     /// Tell every rank that this one timed out waiting on rank `on` (best effort, brief).
     fn waiting(&mut self, on: usize);
-    /// The rank that rank `rank` said it timed out waiting on, if it said so (read by `check`).
+    /// The rank that rank `rank` (this one included) said it timed out waiting on, if it said
+    /// so (other ranks' notes are read by `check`).
     fn waits_of(&self, rank: usize) -> Option<usize>;
     /// Tell every rank that this job is failing because of `cause` (best effort, brief).
     fn abort(&mut self, cause: &Error);
@@ -272,30 +273,8 @@ impl Engine {
                 rank: dead,
                 detail: format!("its process exited or was killed (what this rank saw first: {err})"),
             },
-            None => self.follow_waits(err),
+            None => follow_waits(err, |r| self.control.waits_of(r)),
         }
-    }
-
-    /// A timeout waiting on `named`, blamed on the rank the waits lead to: `named`'s own wait,
-    /// and so on, until a rank that did not say it waits (the stalled one) or a cycle (ranks
-    /// waiting on each other: the timeout stays as it is).
-    fn follow_waits(&self, err: Error) -> Error {
-        let Error::Timeout { op, rank: named, after } = err else { return err };
-        let mut seen = vec![named];
-        let mut at = named;
-        while let Some(next) = self.control.waits_of(at) {
-            if seen.contains(&next) {
-                return Error::Timeout { op, rank: named, after };
-            }
-            seen.push(next);
-            at = next;
-        }
-        if at == named {
-            return Error::Timeout { op, rank: named, after };
-        }
-        let through: Vec<String> = seen[..seen.len() - 1].iter().map(|r| format!("rank {r}")).collect();
-        let op = format!("{op} (through {}, which timed out waiting for it)", through.join(", then "));
-        Error::Timeout { op, rank: at, after }
     }
 
     fn drive(
@@ -380,6 +359,29 @@ impl Engine {
     }
 }
 
+/// A timeout waiting on a rank, blamed on the rank the waits lead to: that rank's own wait
+/// (`waits_of`, this rank's included), and so on, until a rank that did not say it waits (the
+/// stalled one) or a cycle (ranks waiting on each other, this one among them: the timeout
+/// stays as it is).
+fn follow_waits(err: Error, waits_of: impl Fn(usize) -> Option<usize>) -> Error {
+    let Error::Timeout { op, rank: named, after } = err else { return err };
+    let mut seen = vec![named];
+    let mut at = named;
+    while let Some(next) = waits_of(at) {
+        if seen.contains(&next) {
+            return Error::Timeout { op, rank: named, after };
+        }
+        seen.push(next);
+        at = next;
+    }
+    if at == named {
+        return Error::Timeout { op, rank: named, after };
+    }
+    let through: Vec<String> = seen[..seen.len() - 1].iter().map(|r| format!("rank {r}")).collect();
+    let op = format!("{op} (through {}, which timed out waiting for it)", through.join(", then "));
+    Error::Timeout { op, rank: at, after }
+}
+
 /// Read the control plane's news and let every channel look for silently lost peers. News
 /// from the control plane sets `told`: it already names the cause (another rank's abort), and
 /// looking again could only find a later, lesser event, such as that rank exiting after it
@@ -426,6 +428,29 @@ mod tests {
             (p.step(us(40), 0, &quick), p.step(us(60), 0, &quick), p.step(us(400), 0, &quick)),
             (WaitStep::Spin, WaitStep::Yield, WaitStep::Block)
         );
+    }
+
+    /// Waits lead from the rank waited on to the one that said nothing; a cycle through this
+    /// rank (its own note included) keeps the rank it waited on.
+    #[test]
+    fn timeouts_follow_the_waits() {
+        let timeout = |rank| Error::Timeout { op: "all_sum".into(), rank, after: Duration::from_secs(2) };
+        let blamed = |e: Error| (e.rank(), e.to_string());
+        // This is rank 0. A chain: 0 waited on 1, 1 on 3, 3 said nothing.
+        let chain = |r: usize| [Some(1), Some(3), None, None][r];
+        let (rank, msg) = blamed(follow_waits(timeout(1), chain));
+        assert_eq!(rank, Some(3), "{msg}");
+        assert!(msg.contains("through rank 1"), "{msg}");
+        // Waiting directly on the silent rank: unchanged.
+        assert_eq!(follow_waits(timeout(3), |_| None).rank(), Some(3));
+        // 0 waits on 1, 1 on 0: a cycle through this rank; and 1 -> 2 -> 1.
+        let own = |r: usize| [Some(1), Some(0), None][r];
+        assert_eq!(follow_waits(timeout(1), own).rank(), Some(1));
+        let loop_ = |r: usize| [Some(1), Some(2), Some(1)][r];
+        assert_eq!(follow_waits(timeout(1), loop_).rank(), Some(1));
+        // Not a timeout: as it is.
+        let lost = Error::PeerLost { rank: 2, detail: "gone".into() };
+        assert_eq!(follow_waits(lost, |_| Some(0)).rank(), Some(2));
     }
 
     /// With more ranks than cores, a rank whose recent waits were long (its peers compute on
