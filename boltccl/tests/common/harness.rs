@@ -18,12 +18,29 @@ pub fn prerequisite_missing(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
 }
 
-/// A free TCP port on loopback (bound then released: good enough for tests).
+/// A free TCP port on loopback for a rank to listen on later, taken below the kernel's
+/// ephemeral range: a port from `bind(0)` is released before the rank binds it, and in that
+/// moment a connection of a test running alongside could be given it as its own ephemeral
+/// port ("Address already in use"). The kernel never hands out ports below the range, and
+/// each call in this process tries the next one from a start that differs between processes.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000, ephemeral_low.max(10_001));
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..1000 {
+        let port = low + (start + CALLS.fetch_add(1, Ordering::Relaxed)) % (high - low);
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}")
 }
 
-/// True in a re-executed rank process.
 /// Held while a test runs its job, so the test binary runs those jobs one at a time (each file
 /// says why its tests need that). A test that failed holding it does not block the others.
 pub fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
@@ -31,6 +48,7 @@ pub fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     JOBS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// True in a re-executed rank process.
 pub fn is_worker() -> bool {
     std::env::var("BOLTCCL_TEST_ROLE").as_deref() == Ok("worker")
 }
