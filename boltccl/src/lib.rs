@@ -34,6 +34,7 @@ mod types;
 mod wire;
 
 pub use algo::select::{select as select_algorithm, Cabling, Shape};
+pub use bootstrap::free_coordinator_port;
 pub use config::{Algo, Backend, Config};
 pub use error::{Error, ErrorKind, Result};
 pub use group::{init, Bytes, Group, Op};

@@ -64,7 +64,7 @@ fn hostfile_launch_runs_a_real_collective_through_ssh() {
     let hosts = dir.path().join("hosts.json");
     std::fs::write(&hosts, r#"[{"ssh": "mac1", "ips": ["127.0.0.1"]}, {"ssh": "mac2", "ips": ["127.0.0.1"]}]"#)
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let port = boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap().to_string();
     let o = boltccl()
         .env("BOLTCCL_SSH", &ssh)
         .args(["launch", "--hostfile", hosts.to_str().unwrap(), "--port", &port, "--timeout-s", "60", "--"])

@@ -159,7 +159,7 @@ fn version_is_the_crate_version() {
 }
 
 fn two_ranks_rank0(timeout_ms: u64) -> (*mut boltccl_group, std::thread::JoinHandle<usize>) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
     let coord = std::ffi::CString::new(format!("127.0.0.1:{port}")).unwrap();
     let coord1 = coord.clone();
     // Rank 1 joins, then leaves at once without making any call: its handle is dropped.

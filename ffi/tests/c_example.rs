@@ -30,7 +30,7 @@ fn build_example(out: &Path) {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap()
 }
 
 fn run_ranks(exe: &Path, n: usize, args: &[&str]) -> Vec<String> {

@@ -180,10 +180,8 @@ fn launch(job: &Job, sink: &Sink) -> Result<(i32, Vec<String>), String> {
         None => {
             let port = match job.port {
                 Some(p) => p,
-                None => std::net::TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .map_err(|e| format!("no free port on 127.0.0.1: {e}"))?
-                    .port(),
+                None => boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into())
+                    .map_err(|e| format!("no free port on 127.0.0.1: {e}"))?,
             };
             format!("127.0.0.1:{port}")
         }

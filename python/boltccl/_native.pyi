@@ -77,6 +77,9 @@ def init(
     init_timeout: Optional[float] = None,
 ) -> Group:
     """Form a group from the environment, overridden by the keyword arguments."""
+def free_coordinator_port(ip: str) -> int:
+    """A TCP port on `ip` that is free now, for a coordinator that rank 0 binds in a moment:
+    below the kernel's ephemeral range, so that no connection made meanwhile is given it."""
 def launch(
     command: List[str],
     *,

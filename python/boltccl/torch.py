@@ -290,12 +290,6 @@ def _local_ip(store: Any) -> str:
         return "127.0.0.1"
 
 
-def _free_port(ip: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((ip, 0))
-        return int(s.getsockname()[1])
-
-
 class ProcessGroupBoltccl(dist.ProcessGroup):
     """A torch.distributed process group over a boltccl group (see the module docstring)."""
 
@@ -305,7 +299,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         seconds = max(1.0, timeout.total_seconds())
         if rank == 0:
             ip = _local_ip(store)
-            rendezvous = f"{ip}:{_free_port(ip)} {secrets.token_hex(16)}"
+            rendezvous = f"{ip}:{boltccl._native.free_coordinator_port(ip)} {secrets.token_hex(16)}"
             store.set(_KEY, rendezvous)
         else:
             rendezvous = store.get(_KEY).decode()

@@ -538,7 +538,6 @@ impl PyGroup {
     }
 }
 
-/// The compiled part of the boltccl package.
 /// Run a job with the launcher `boltccl launch` uses (see `boltccl.launch`): `n` local ranks,
 /// or one per entry of the JSON `hostfile`, started over ssh. Returns the exit code, and each rank's output
 /// when `capture` is true (else nothing is captured: output is relayed with a `[rank]` prefix).
@@ -578,6 +577,17 @@ fn launch(
     })
 }
 
+/// A TCP port on `ip` that is free now, for a coordinator that rank 0 binds in a moment: below
+/// the kernel's ephemeral range, so that no connection made meanwhile is given it.
+#[pyfunction]
+fn free_coordinator_port(ip: &str) -> PyResult<u16> {
+    let addr: std::net::IpAddr =
+        ip.parse().map_err(|e| PyValueError::new_err(format!("not an IP address: {ip:?} ({e})")))?;
+    boltccl::free_coordinator_port(addr)
+        .map_err(|e| PyValueError::new_err(format!("no free port on {ip}: {e} (is it an address of this host?)")))
+}
+
+/// The compiled part of the boltccl package.
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -585,6 +595,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<work::PyWork>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(launch, m)?)?;
+    m.add_function(wrap_pyfunction!(free_coordinator_port, m)?)?;
     m.add("__version__", boltccl::VERSION)?;
     m.add("DTYPES", DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>())?;
     Ok(())

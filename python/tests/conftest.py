@@ -2,41 +2,24 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
+import boltccl
 from boltccl import launch
 
 WORKERS = Path(__file__).parent / "workers"
 
 
-_ports = itertools.count(os.getpid() * 7919)
-
-
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range:
-    no connection made meanwhile can be given it before the rank that is to listen binds it."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            high = max(int(f.read().split()[0]), 10_001)
-    except OSError:
-        high = 32768
-    for _ in range(1000):
-        port = 10_000 + next(_ports) % (high - 10_000)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free loopback port below the ephemeral range")
+    """A TCP port on 127.0.0.1 that is free now (below the ephemeral range, so no connection
+    made meanwhile is given it)."""
+    return boltccl._native.free_coordinator_port("127.0.0.1")
 
 
 def rank_env(rank: int, n: int, coordinator: str, job_key: str) -> Dict[str, str]:

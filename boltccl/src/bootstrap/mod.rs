@@ -17,6 +17,9 @@
 //! dropped; it never stops the group from forming.
 
 pub mod auth;
+mod port;
+
+pub use port::free_coordinator_port;
 
 use crate::config::Config;
 use crate::error::{Error, Result};

@@ -18,27 +18,10 @@ pub fn prerequisite_missing(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
 }
 
-/// A free TCP port on loopback for a rank to listen on later, taken below the kernel's
-/// ephemeral range: a port from `bind(0)` is released before the rank binds it, and in that
-/// moment a connection of a test running alongside could be given it as its own ephemeral
-/// port ("Address already in use"). The kernel never hands out ports below the range, and
-/// each call in this process tries the next one from a start that differs between processes.
+/// A free TCP port on loopback for rank 0 to listen on later (below the ephemeral range, so
+/// no connection of a test running alongside is given it meanwhile).
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static CALLS: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768);
-    let (low, high) = (10_000, ephemeral_low.max(10_001));
-    let start = std::process::id().wrapping_mul(7919);
-    for _ in 0..1000 {
-        let port = low + (start + CALLS.fetch_add(1, Ordering::Relaxed)) % (high - low);
-        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
-            return port as u16;
-        }
-    }
-    panic!("no free loopback port in {low}..{high}")
+    boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap()
 }
 
 /// Held while a test runs its job, so the test binary runs those jobs one at a time (each file

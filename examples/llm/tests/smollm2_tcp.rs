@@ -42,7 +42,7 @@ fn smollm2_same_answer_at_tp1_and_tp3_over_tcp() {
     assert!(ok, "TP=1 failed:\n{err}");
     assert!(tp1.contains("Paris"), "TP=1 should answer in coherent English; it said: {tp1:?}");
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
     let ranks: Vec<Child> = (0..3)
         .map(|r| {
             llm(&model)
