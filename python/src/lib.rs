@@ -1,7 +1,7 @@
 //! Python bindings for boltccl: the `boltccl._native` extension module.
 //!
 //! The Python package (`python/boltccl/`) re-exports [`PyGroup`] as `boltccl.Group` and
-//! [`init`] as `boltccl.init`. Every data call works zero-copy on a C-contiguous buffer
+//! `init` as `boltccl.init`. Every data call works zero-copy on a C-contiguous buffer
 //! (numpy array, memoryview, array.array, ...) and releases the GIL while it communicates.
 //! Ctrl-C reaches a blocked call through the group's interrupt check.
 

@@ -239,7 +239,7 @@ pub fn relayed(me: usize, cause: &Error) -> Error {
     }
 }
 
-/// The abort frame telling every rank what [`relayed`] says, and the rank it blames.
+/// The abort frame telling every rank what `relayed` says, and the rank it blames.
 pub fn abort_frame(me: usize, cause: &Error) -> (usize, Vec<u8>) {
     let (culprit, lost, reason) = match relayed(me, cause) {
         Error::PeerLost { rank, detail } => (rank, true, detail),

@@ -1,4 +1,4 @@
-//! CPU kernels for decode: matrix products ([`mat`]) and the small per-token operations.
+//! CPU kernels for decode: matrix products (`mat`) and the small per-token operations.
 
 mod mat;
 pub mod par;

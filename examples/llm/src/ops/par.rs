@@ -1,4 +1,4 @@
-//! Splitting the CPU kernels' work across threads ([`super::pool`]).
+//! Splitting the CPU kernels' work across threads (`pool`).
 
 use super::pool;
 
