@@ -56,7 +56,7 @@ for _name in ("uint16", "uint32", "uint64"):
         _DTYPES.add(getattr(torch, _name))
 
 
-#: boltccl's element type names, for the by-address path (`_inline_allreduce`).
+#: boltccl's element type names, for allreduce's by-address path.
 _DTYPE_NAMES = {d: str(d).removeprefix("torch.") for d in _DTYPES}
 _SUM, _MAX, _MIN = dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN
 

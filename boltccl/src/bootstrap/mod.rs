@@ -329,8 +329,7 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
     // Step 4: the data mesh, and the control connections between ranks other than 0 (stream
     // `streams` of a pair). Accept from higher ranks on a helper thread while dialling lower.
     let streams = cfg.tcp_streams;
-    let per_pair = |lower: usize| streams + usize::from(lower != 0);
-    let want = (size - 1 - rank) * per_pair(rank);
+    let want = (size - 1 - rank) * pair_streams(streams, rank);
     let key_for_accept = key.clone();
     let acceptor = std::thread::spawn(move || {
         accept_vetted(&data_listener, &key_for_accept, deadline, want, "connecting the data mesh", move |s| {
@@ -341,7 +340,7 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
     // `slots[peer][stream]`, the control connection last.
     let mut slots: Vec<Vec<Option<TcpStream>>> = (0..size).map(|_| (0..=streams).map(|_| None).collect()).collect();
     for (peer, (info, pair)) in peers.iter().zip(slots.iter_mut()).enumerate().take(rank) {
-        for (stream, slot) in pair.iter_mut().enumerate().take(per_pair(peer)) {
+        for (stream, slot) in pair.iter_mut().enumerate().take(pair_streams(streams, peer)) {
             let mut s = dial(info.data_addr, &key, deadline, &format!("rank {peer}"))?;
             auth::send(&mut s, &Join { job, rank, stream })?;
             *slot = Some(s);
@@ -353,13 +352,11 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
             return Err(Error::Protocol { from: format!("rank {}", j.rank), detail: "duplicate connection".into() });
         }
     }
-    let mut control: Vec<Option<TcpStream>> = if rank == 0 { control } else { (0..size).map(|_| None).collect() };
-    if rank != 0 {
-        control[0] = to_coord;
-    }
-    for (peer, pair) in slots.iter_mut().enumerate().filter(|&(p, _)| p != 0 && rank != 0) {
-        control[peer] = pair[streams].take();
-    }
+    let control: Vec<Option<TcpStream>> = if rank == 0 {
+        control
+    } else {
+        (0..size).map(|peer| if peer == 0 { to_coord.take() } else { slots[peer][streams].take() }).collect()
+    };
     let links: Vec<Vec<TcpStream>> =
         slots.into_iter().map(|l| l.into_iter().take(streams).flatten().collect()).collect();
     Ok(Rendezvous { links, control, peers, job })
@@ -380,12 +377,18 @@ fn table(reply: Reply, size: usize) -> Result<(u64, Vec<PeerInfo>)> {
     }
 }
 
+/// The connections between rank `lower` and each higher rank: `streams` data streams, and a
+/// control connection unless `lower` is rank 0 (whose control connections are the
+/// coordinator's).
+fn pair_streams(streams: usize, lower: usize) -> usize {
+    streams + usize::from(lower != 0)
+}
+
 /// Whether a connection's `Join` belongs here: this job, a higher rank of this world (lower
 /// ranks are dialled, not accepted), one of its data streams or, unless this is rank 0 (whose
 /// control connections are the coordinator's), the pair's control stream.
 fn vet_join(j: Join, job: u64, rank: usize, size: usize, streams: usize) -> Result<Join> {
-    let slots = streams + usize::from(rank != 0);
-    if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= slots {
+    if j.job != job || j.rank <= rank || j.rank >= size || j.stream >= pair_streams(streams, rank) {
         return Err(Error::Protocol {
             from: format!("rank {}", j.rank),
             detail: "connection for another job or slot".into(),
