@@ -171,8 +171,8 @@ fn stopped(n: usize, backend: Backend, algo: &str, victim: usize) {
 }
 
 /// In a ring the ranks beyond the stopped rank's neighbours wait on a live rank: they learn
-/// whom it waits for from its abort, sent to every rank directly (a relay through rank 0 would
-/// stall with it).
+/// whom it waits for from its waiting note and its abort, sent to every rank directly (a relay
+/// through rank 0 would stall with it).
 fn stopped_in_a_ring(backend: Backend) {
     for (n, victim) in [(3, 0), (4, 0), (4, 2)] {
         stopped(n, backend, "ring", victim);

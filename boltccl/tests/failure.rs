@@ -1,6 +1,6 @@
 //! Failure behaviour with ranks as real processes: a killed rank, a stopped rank, a rank that
-//! never starts, a wrong job key, mismatched calls, garbage on the coordinator port. Nothing may hang; every surviving
-//! rank must get an error that names the culprit.
+//! never starts, a wrong job key, mismatched calls, garbage on the coordinator port. Nothing
+//! may hang; every surviving rank must get an error that names the culprit.
 
 mod common;
 

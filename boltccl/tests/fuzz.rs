@@ -233,9 +233,9 @@ fn control_stream() -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(frame, 1..5).prop_map(|v| v.concat())
 }
 
-/// Control frames (abort, waiting note, goodbye) as the control connection delivers them, in reads of up to
-/// 1 KiB: never more than one frame's worth buffered, a data frame or an oversized one an
-/// error, an abort's reason cut at the limit.
+/// Control frames (abort, waiting note, goodbye) as the control connection delivers them, in
+/// reads of up to 1 KiB: never more than one frame's worth buffered, a data frame or an
+/// oversized one an error, an abort's reason cut at the limit.
 #[test]
 fn control_frames() {
     let check_stream = |bytes: Vec<u8>, read: usize| -> Result<(), TestCaseError> {

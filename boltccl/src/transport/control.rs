@@ -6,7 +6,7 @@
 //! talking to a failed rank learn of it within moments, whatever the data links (TCP, shared
 //! memory, RDMA) are doing, and without a relay that a stalled rank could hold up: in a ring,
 //! the ranks beyond a stalled rank's neighbour wait on that neighbour, and learn whom it waits
-//! for only from its abort.
+//! for only from what it sends them (its waiting note, then its abort).
 
 use super::progress::Control;
 use crate::error::Error;
