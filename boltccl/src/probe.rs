@@ -51,6 +51,21 @@ pub fn shared_memory() -> Result<String> {
     Ok(id)
 }
 
+/// The kernel's transparent huge page mode (`always`, `madvise` or `never`; `None` where the
+/// kernel has none). Shared-memory transfers of large buffers are much faster from and into
+/// buffers on huge pages: under `madvise`, numpy's arrays get them and torch's tensors only
+/// with `THP_MEM_ALLOC_ENABLE=1`.
+pub fn transparent_huge_pages() -> Option<String> {
+    let modes = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+    selected_mode(&modes)
+}
+
+/// The bracketed word of a sysfs choice list (`always [madvise] never` -> `madvise`).
+fn selected_mode(modes: &str) -> Option<String> {
+    let word = modes.split_whitespace().find(|w| w.starts_with('[') && w.ends_with(']'))?;
+    Some(word.trim_matches(['[', ']']).to_string())
+}
+
 /// One RDMA device as this node sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
@@ -148,6 +163,13 @@ mod tests {
         assert!(explain_errno(60)[0].contains("not reachable"));
         assert!(explain_errno(16)[1].contains("10 per device"));
         assert!(explain_errno(12).last().unwrap().contains("reboot"));
+    }
+
+    #[test]
+    fn the_selected_huge_page_mode_is_read() {
+        assert_eq!(selected_mode("always [madvise] never\n").as_deref(), Some("madvise"));
+        assert_eq!(selected_mode("[always] madvise never").as_deref(), Some("always"));
+        assert_eq!(selected_mode("always madvise never"), None);
     }
 
     #[test]

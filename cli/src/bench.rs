@@ -60,6 +60,21 @@ impl Op {
     }
 }
 
+/// How the benchmark's buffers are paged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pages {
+    /// Buffers of 4 MiB or more are advised onto transparent huge pages (`MADV_HUGEPAGE`), as
+    /// numpy does for its arrays (and so the peers' mpi4py harness).
+    Huge,
+    /// Ordinary pages, as a torch tensor or a Rust `Vec` gets by default.
+    Small,
+}
+
+/// Buffers from this size up are advised onto huge pages under [`Pages::Huge`] (numpy's
+/// threshold).
+const HUGE_FROM: usize = 4 << 20;
+
 /// Options of `boltccl bench`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -96,6 +111,10 @@ pub struct BenchArgs {
     /// Warm-up iterations per size (default: 50 up to 64 KiB, 10 up to 1 MiB, 3 above).
     #[arg(long)]
     pub warmup: Option<usize>,
+    /// Paging of the buffers: shared-memory transfers of large buffers run up to twice as fast
+    /// on huge pages (Linux; elsewhere both are ordinary pages).
+    #[arg(long, value_enum, default_value = "huge")]
+    pub pages: Pages,
     /// Skip the correctness check.
     #[arg(long)]
     pub no_check: bool,
@@ -127,6 +146,7 @@ pub struct Record {
     correct: Option<bool>,
     round: u32,
     algo: String,
+    pages: Pages,
     peak_rss_mib: f64,
     user_buffers_mib: f64,
 }
@@ -219,10 +239,31 @@ pub fn run(args: &BenchArgs) -> i32 {
 
 /// The two float32 buffers every measurement uses, sized for the largest one, allocated once.
 struct Buffers {
-    a: Vec<f32>,
-    b: Vec<f32>,
+    a: F32Buf,
+    b: F32Buf,
     /// User buffer memory touched so far (pages never written are not resident).
     touched: usize,
+}
+
+/// A float32 buffer in a mapping of its own, so that how it is paged can be chosen.
+struct F32Buf(memmap2::MmapMut);
+
+impl F32Buf {
+    fn new(elems: usize, pages: Pages) -> std::io::Result<F32Buf> {
+        let map = memmap2::MmapOptions::new().len(elems.max(1) * 4).map_anon()?;
+        #[cfg(target_os = "linux")]
+        if pages == Pages::Huge && map.len() >= HUGE_FROM {
+            map.advise(memmap2::Advice::HugePage)?;
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = pages;
+        Ok(F32Buf(map))
+    }
+
+    fn as_mut(&mut self) -> &mut [f32] {
+        // A mapping is page-aligned and its length a multiple of 4: the cast cannot fail.
+        bytemuck::cast_slice_mut(&mut self.0[..])
+    }
 }
 
 /// Elements a row of `size` bytes moves: whole float32 elements, divisible among `n` ranks
@@ -266,7 +307,7 @@ fn time(g: &Group, args: &BenchArgs, op: Op, count: usize, bufs: &mut Buffers) -
     });
     let t = Instant::now();
     for _ in 0..warm {
-        call(g, op, count, &mut bufs.a, &mut bufs.b)?;
+        call(g, op, count, bufs.a.as_mut(), bufs.b.as_mut())?;
     }
     let iters = match args.iters {
         Some(n) => n.max(1),
@@ -279,7 +320,7 @@ fn time(g: &Group, args: &BenchArgs, op: Op, count: usize, bufs: &mut Buffers) -
     let mut lat = Vec::with_capacity(iters);
     for _ in 0..iters {
         let t = Instant::now();
-        call(g, op, count, &mut bufs.a, &mut bufs.b)?;
+        call(g, op, count, bufs.a.as_mut(), bufs.b.as_mut())?;
         lat.push(t.elapsed().as_secs_f64() * 1e6);
     }
     lat.sort_by(f64::total_cmp);
@@ -320,6 +361,15 @@ fn print_header(g: &Group, args: &BenchArgs, links: &str) {
     );
     println!("# links: {links}");
     println!(
+        "# buffers: {} (transparent huge pages: {})",
+        match args.pages {
+            Pages::Huge =>
+                "advised onto huge pages from 4 MiB, as numpy's arrays are (--pages small: as a torch tensor's)",
+            Pages::Small => "ordinary pages, as a torch tensor's (--pages huge: as numpy's arrays)",
+        },
+        boltccl::probe::transparent_huge_pages().unwrap_or_else(|| "none on this system".into())
+    );
+    println!(
         "# {:>10}  {:<15} {:<7} {:>12} {:>12} {:>12} {:>7}  check",
         "size", "op", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "iters"
     );
@@ -358,7 +408,9 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
     let (rank, n) = (g.rank(), g.size());
     let largest = *sizes.iter().max().unwrap_or(&4);
     let elems = largest.div_ceil(4 * n) * n;
-    let mut bufs = Buffers { a: vec![0f32; elems], b: vec![0f32; elems], touched: 0 };
+    let buf =
+        || F32Buf::new(elems, args.pages).map_err(|e| format!("cannot map {} bytes for the buffers: {e}", elems * 4));
+    let mut bufs = Buffers { a: buf()?, b: buf()?, touched: 0 };
     let links = links(&g).map_err(|e| e.to_string())?;
     if rank == 0 {
         print_header(&g, args, &links);
@@ -372,7 +424,7 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
             let correct = if args.no_check {
                 None
             } else {
-                Some(check(&g, op, count, &mut bufs.a, &mut bufs.b).map_err(|e| e.to_string())?)
+                Some(check(&g, op, count, bufs.a.as_mut(), bufs.b.as_mut()).map_err(|e| e.to_string())?)
             };
             all_ok &= correct != Some(false);
             let bytes = count * 4;
@@ -394,6 +446,7 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
                 correct,
                 round: args.round,
                 algo: g.algorithm(op.collective(), bytes).name().into(),
+                pages: args.pages,
                 peak_rss_mib: peak_rss_mib(),
                 user_buffers_mib: bufs.touched as f64 / (1 << 20) as f64,
             };

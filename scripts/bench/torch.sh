@@ -3,7 +3,9 @@
 # swapped), 2 and 4 ranks under torchrun, float32 at 4 B, 1 KiB, 1 MiB, 16 MiB, 64 MiB; and
 # `boltccl bench` at 4 B and 64 MiB in the same run, for what the torch layer costs. Rounds
 # alternate the backends (ROUNDS, default 2); the table shows medians over rounds. The bench
-# gets the torch script's time budget per size (BENCH_BUDGET_S, 1.5 s), so both warm alike.
+# gets the torch script's time budget per size (BENCH_BUDGET_S, 1.5 s), so both warm alike,
+# and buffers paged as torch's tensors are: ordinary pages, or with TORCH_THP=1 huge pages for
+# all three (torch's own THP_MEM_ALLOC_ENABLE=1, and the bench's --pages huge).
 # Needs target/frameworks-venv (scripts/test-frameworks.sh).
 #   scripts/bench.sh torch            ROUNDS=3 BENCH_NS="2" scripts/bench.sh torch
 set -euo pipefail
@@ -14,8 +16,13 @@ py="${PYTHON:-$root/target/frameworks-venv/bin/python}"
 cargo build -q --release -p boltccl-cli -j"${CARGO_BUILD_JOBS:-2}"
 bin="${CARGO_TARGET_DIR:-$root/target}/release/boltccl"
 out="${BENCH_OUT:-$root/target/bench-torch.jsonl}"
+pages=small
+if [ "${TORCH_THP:-0}" = 1 ]; then
+    pages=huge
+    export THP_MEM_ALLOC_ENABLE=1
+fi
 : > "$out"
-echo "load before: $(cat /proc/loadavg)"
+echo "load before: $(cat /proc/loadavg); pages: $pages"
 for round in $(seq "${ROUNDS:-2}"); do
     for n in ${BENCH_NS:-2 4}; do
         for backend in boltccl gloo; do
@@ -23,7 +30,7 @@ for round in $(seq "${ROUNDS:-2}"); do
                 scripts/bench/torch_allreduce.py --backend "$backend" --round "$round" "$out" >/dev/null 2>&1 \
                 || { echo "torch_allreduce.py --backend $backend at $n ranks failed" >&2; exit 1; }
         done
-        timeout 600 "$bin" bench -n "$n" --ops all-sum --sizes 4,64M --budget-s "${BENCH_BUDGET_S:-1.5}" --json "$out" --round "$round" --label boltccl-bench >/dev/null
+        timeout 600 "$bin" bench -n "$n" --ops all-sum --sizes 4,64M --budget-s "${BENCH_BUDGET_S:-1.5}" --pages "$pages" --json "$out" --round "$round" --label boltccl-bench >/dev/null
     done
 done
 echo "load after: $(cat /proc/loadavg)"
