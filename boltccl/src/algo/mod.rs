@@ -91,19 +91,32 @@ pub(crate) struct Scratch {
     pub stage: Pool,
 }
 
-/// Reusable bytes, 8-aligned so every element type is aligned.
+/// Reusable bytes, page-aligned (so every element type is aligned), in a mapping of their own:
+/// on Linux one of 2 MiB or more is advised onto huge pages, which the shared-memory
+/// transport's copies into it run faster through.
 #[derive(Default)]
-pub(crate) struct Pool(Vec<u64>);
+pub(crate) struct Pool(Option<memmap2::MmapMut>);
 
 impl Pool {
     /// At least `len` bytes (their contents are whatever the last call left).
+    ///
+    /// # Panics
+    /// If the memory cannot be mapped (as a `Vec` that cannot grow does).
     pub fn get(&mut self, len: usize) -> &mut [u8] {
-        let words = len.div_ceil(8);
-        if self.0.len() < words {
-            self.0.resize(words, 0);
+        if self.0.as_ref().is_none_or(|m| m.len() < len) {
+            self.0 = Some(map(len).unwrap_or_else(|e| panic!("cannot map {len} bytes of scratch memory: {e}")));
         }
-        &mut bytemuck::cast_slice_mut(&mut self.0[..words])[..len]
+        &mut self.0.as_mut().expect("mapped above")[..len]
     }
+}
+
+fn map(len: usize) -> std::io::Result<memmap2::MmapMut> {
+    let map = memmap2::MmapOptions::new().len(len.max(1)).map_anon()?;
+    #[cfg(target_os = "linux")]
+    if map.len() >= 2 << 20 {
+        map.advise(memmap2::Advice::HugePage)?;
+    }
+    Ok(map)
 }
 
 /// Mutable views of the non-overlapping `ranges` of `buf`, in the order given (gaps allowed).
