@@ -10,9 +10,10 @@
 #   TP=2, the same as two threads of one process (boltccl's in-memory transport)
 #   TP=3, three processes on the two cores (a correctness row: more ranks than cores)
 # plus the all_sum share of rank 0's decode time, rank 0's resident size, and whether each run
-# printed TP=1's text. Needs 2 cores (CORE0, CORE1), `taskset`, and LLAMA_PY pointing to a
-# Python with llama-cpp-python for the llama.cpp rows.
-#   LLAMA_PY=target/llama-venv/bin/python ROUNDS=5 scripts/bench.sh llm
+# printed TP=1's text. Needs 2 cores (CORE0, CORE1) and `taskset`. The llama.cpp rows run
+# llama-cpp-python from LLAMA_PY, by default target/llama-venv, made on first use (pip builds
+# llama.cpp from source: minutes); LLAMA_PY=none leaves them out.
+#   ROUNDS=5 scripts/bench.sh llm
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -26,8 +27,13 @@ M="$ROOT/target/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 cargo build -q --release -p boltccl-cli -p boltccl-llm
 B="$ROOT/target/release"
 LLM=("$B/boltccl-llm" --model "$M" --prompt "$PROMPT" --max-tokens "$TOKENS")
+LLAMA_PY="${LLAMA_PY:-$ROOT/target/llama-venv/bin/python}"
+if [ "$LLAMA_PY" = "$ROOT/target/llama-venv/bin/python" ] && ! "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then
+  python3 -m venv "$ROOT/target/llama-venv"
+  "$LLAMA_PY" -m pip install -q --disable-pip-version-check "llama-cpp-python==0.3.36"
+fi
 have_llama=0
-if [ -n "${LLAMA_PY:-}" ] && "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then have_llama=1; fi
+if [ "$LLAMA_PY" != none ] && "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then have_llama=1; fi
 
 # llama.cpp through llama-cpp-python: decode rate from the first streamed token to the last
 # (the example's rate counts the same way), and the Python process's resident size.
@@ -127,6 +133,6 @@ if [ "$have_llama" = 1 ]; then
   echo "TP=2 (one core per rank) / llama.cpp on one core: $(ratio "$(tok tp2)" "$(tok llama1)")"
   echo "TP=2 (two threads, in-memory) / llama.cpp on one core: $(ratio "$(tok tp2mem)" "$(tok llama1)")"
 else
-  echo "llama.cpp rows not run (set LLAMA_PY to a Python with llama-cpp-python)"
+  echo "llama.cpp rows not run (LLAMA_PY=$LLAMA_PY has no llama_cpp)"
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
