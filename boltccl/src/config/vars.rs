@@ -222,7 +222,7 @@ pub const VARS: &[Var] = &[
     },
     Var {
         name: MESH_MAX_BYTES,
-        default: "65536",
+        default: "32768",
         help: "With ALGO=auto, reductions up to this many bytes use the one-step mesh algorithm. Must agree on all ranks.",
         fallbacks: &[],
         apply: |c, v| {
