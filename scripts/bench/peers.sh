@@ -3,7 +3,7 @@
 # Gloo) in one run on this machine, with the peers' own harness (../shared/bench/peers).
 #   scripts/bench.sh peers            # installs the peers on first use (apt, pip)
 # Knobs: PEER_NS ("2 4"), PEER_ROUNDS (1), PEER_BUDGET_S (2.0), PEER_SIZES, BENCH_OUT;
-# each round runs the peers' harness for one round and then boltccl, into one results file;
+# each round runs, per rank count, the peers' harness and then boltccl, into one results file;
 # boltccl runs twice: "boltccl" as a user gets it (shared memory between these local ranks) and
 # "boltccl-tcp" with BOLTCCL_BACKEND=tcp. BOLTCCL_BASELINE=/path/to/an/older/boltccl adds its
 # figures as column "boltccl-baseline", measured in the same run (for before/after comparisons
@@ -26,14 +26,17 @@ BINS=("boltccl=auto=$BIN" "boltccl-tcp=tcp=$BIN")
 [ -n "${BOLTCCL_BASELINE:-}" ] && BINS+=("boltccl-baseline=auto=$BOLTCCL_BASELINE")
 RES="$OUT/side-by-side-$(date +%Y%m%d-%H%M%S).jsonl"
 : >"$RES"
-# Each round runs the peers' round and then boltccl's, so that a change in the machine's state
-# that lasts minutes (this VM has them) falls on both alike rather than on one side's rounds.
+# Each round runs, for each rank count, the peers' harness and then boltccl, so that a change
+# in the machine's state that lasts minutes (this VM has them) falls on both alike rather than
+# on one side's rounds.
+first=1
 for round in $(seq 1 "$PEER_ROUNDS"); do
-  skip_setup=1
-  [ "$round" = 1 ] && skip_setup="${PEER_SKIP_SETUP:-0}"
-  PEER_ROUNDS=1 PEER_SKIP_SETUP="$skip_setup" bash "$PEERS/run_all.sh"
-  sed "s/\"round\": *[0-9]*/\"round\": $round/" "$(ls -t "$OUT"/run-*.jsonl | head -1)" >>"$RES"
   for n in $PEER_NS; do
+    skip_setup=1
+    [ "$first" = 1 ] && skip_setup="${PEER_SKIP_SETUP:-0}"
+    first=0
+    PEER_ROUNDS=1 PEER_NS="$n" PEER_SKIP_SETUP="$skip_setup" bash "$PEERS/run_all.sh"
+    sed "s/\"round\": *[0-9]*/\"round\": $round/" "$(ls -t "$OUT"/run-*.jsonl | head -1)" >>"$RES"
     for entry in "${BINS[@]}"; do
       IFS== read -r label backend bin <<<"$entry"
       echo "--- n=$n $label (round $round)"
