@@ -5,7 +5,7 @@
 //! ([`crate::request`]).
 
 use crate::algo::select::{chunk_bytes, select, Cabling};
-use crate::algo::{direct, hosts, mesh, p2p, ring, ring_ops, Link, Scratch};
+use crate::algo::{direct, doubling, hosts, mesh, p2p, ring, ring_ops, Link, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
 use crate::request::{Queue, RawRequest, Scope};
@@ -646,6 +646,7 @@ impl Op<'_> {
                     }
                     match algo {
                         Algo::Mesh => mesh::all_reduce(link, scratch, op, dtype, input, output),
+                        Algo::Doubling => doubling::all_reduce(link, scratch, op, dtype, input, output),
                         Algo::Ring => ring::all_reduce(link, scratch, op, dtype, input, output),
                         Algo::Direct | Algo::Auto => direct::all_reduce(link, scratch, op, dtype, input, output),
                         Algo::Hosts => {
@@ -683,7 +684,9 @@ impl Op<'_> {
                     _ if link.size() == 1 => Ok(()),
                     Algo::Ring => ring_ops::broadcast(link, buf, root, dtype.size()),
                     Algo::Direct => direct::broadcast(link, buf, root, dtype.size()),
-                    Algo::Mesh | Algo::Auto | Algo::Hosts => direct::broadcast_from_root(link, buf, root),
+                    Algo::Mesh | Algo::Doubling | Algo::Auto | Algo::Hosts => {
+                        direct::broadcast_from_root(link, buf, root)
+                    }
                 })
             }
             Op::Send { dtype, buf, peer } => {

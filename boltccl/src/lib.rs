@@ -3,7 +3,7 @@
 //! Collective communication for small clusters (2–8 machines, such as Apple-silicon Macs
 //! joined by Thunderbolt): `all_sum`/`all_max`/`all_min`, `all_gather`, `reduce_scatter`,
 //! `broadcast`, `barrier`, `send`/`recv` and `split`, over TCP (any network) with
-//! deterministic mesh, direct and ring algorithms.
+//! deterministic mesh, doubling, direct and ring algorithms.
 //!
 //! Built to never hang and never corrupt: every wait has a deadline, a dead or stalled peer
 //! becomes an error naming the rank on every rank, mismatched calls are detected from the

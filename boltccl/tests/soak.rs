@@ -300,7 +300,7 @@ fn job(seed: u64, t: &mut Totals) {
     let mut rng = Rng::new(seed);
     let n = rng.pick(&[2usize, 3, 4]);
     let verbs = rng.below(2) == 1;
-    let algo = rng.pick(&[Algo::Auto, Algo::Mesh, Algo::Direct, Algo::Ring]);
+    let algo = rng.pick(&[Algo::Auto, Algo::Mesh, Algo::Direct, Algo::Ring, Algo::Doubling]);
     let chunk = rng.pick(&[4096usize, 65_536, 262_144, 1 << 20]);
     let mut fault = rng.pick(&[
         Fault::None,

@@ -1,6 +1,8 @@
 """4 ranks: Python, C and Rust all_sum give, on every rank, the bits of a reference computed
-here with numpy (float32 and bfloat16, summed in rank order ((x0 + x1) + x2) + x3, as boltccl's
-mesh and direct algorithms document), not only the same bits as each other.
+here with numpy (float32 and bfloat16), not only the same bits as each other. The sums follow
+the order boltccl documents for what `auto` runs at each size on 4 ranks: recursive doubling,
+(x0 + x1) + (x2 + x3), up to BOLTCCL_MESH_MAX_BYTES (32 KiB); above it the direct algorithm's
+rank order ((x0 + x1) + x2) + x3.
 
 The C example and the Rust program come from scripts/test-bindings.sh (BOLTCCL_C_EXAMPLE,
 BOLTCCL_RUST_DIGEST); without them those two comparisons skip, except in CI (CI set), where
@@ -17,6 +19,7 @@ from conftest import run_ranks
 
 RANKS = 4
 SIZES = (1000, 262147)
+MESH_MAX_BYTES = 32768
 
 
 def in_ci() -> bool:
@@ -57,11 +60,17 @@ def reference():
     lines = []
     for n in SIZES:
         per_rank = [inputs(r, n) for r in range(RANKS)]
-        f = per_rank[0][0].copy()
-        b = per_rank[0][1].copy()
-        for r in range(1, RANKS):
-            f = (f + per_rank[r][0]).astype(np.float32)  # float32 add, rounded each step
-            b = f32_to_bf16(bf16_to_f32(b) + bf16_to_f32(per_rank[r][1]))
+        f32 = [p[0] for p in per_rank]
+        bf16 = [p[1] for p in per_rank]
+        add_f = lambda x, y: (x + y).astype(np.float32)  # float32 add, rounded each step
+        add_b = lambda x, y: f32_to_bf16(bf16_to_f32(x) + bf16_to_f32(y))
+        if 4 * n <= MESH_MAX_BYTES:
+            f = add_f(add_f(f32[0], f32[1]), add_f(f32[2], f32[3]))
+            b = add_b(add_b(bf16[0], bf16[1]), add_b(bf16[2], bf16[3]))
+        else:
+            f, b = f32[0].copy(), bf16[0].copy()
+            for r in range(1, RANKS):
+                f, b = add_f(f, f32[r]), add_b(b, bf16[r])
         for r in range(RANKS):
             lines.append(f"digest rank {r} float32 {n} {fnv1a(f.tobytes()):016x}")
             lines.append(f"digest rank {r} bfloat16 {n} {fnv1a(b.tobytes()):016x}")
@@ -83,14 +92,17 @@ def expected():
     return reference()
 
 
-def test_the_reference_is_not_order_blind():
-    """The rank-order sum differs from other orders for these inputs: a fold in another order
-    (or of the wrong values) would not match the reference by chance."""
-    n = SIZES[1]
+@pytest.mark.parametrize("n", SIZES)
+def test_the_reference_is_not_order_blind(n):
+    """The rank-order sum and the doubling's tree differ from each other and from a backward
+    fold for these inputs: a fold in another order (or of the wrong values) would not match
+    the reference by chance."""
     xs = [inputs(r, n)[0] for r in range(RANKS)]
     forward = ((xs[0] + xs[1]) + xs[2]) + xs[3]
+    tree = (xs[0] + xs[1]) + (xs[2] + xs[3])
     backward = ((xs[3] + xs[2]) + xs[1]) + xs[0]
-    assert np.count_nonzero(forward.view(np.uint32) != backward.view(np.uint32)) > 0
+    for a, b in [(forward, backward), (forward, tree), (tree, backward)]:
+        assert np.count_nonzero(a.view(np.uint32) != b.view(np.uint32)) > 0
 
 
 def test_python_matches_the_reference_on_every_rank(expected):

@@ -4,6 +4,8 @@
 //!   messages), plus the all-gather, reduce-scatter and broadcast built from the same parts;
 //! - [`mesh`]: every rank sends its whole buffer to every peer and reduces locally (one step:
 //!   small messages) and the barrier;
+//! - [`doubling`]: recursive doubling all-reduce (log2(P) steps of one message: small messages
+//!   where each message costs system calls);
 //! - [`ring`]: bidirectional ring all-reduce (both directions of every link busy), and
 //!   [`ring_ops`]: ring all-gather, reduce-scatter and broadcast;
 //! - [`hosts`]: two-level all-reduce for groups spread over hosts with several ranks each
@@ -15,12 +17,13 @@
 //! [`Scratch`] memory separately.
 //!
 //! Determinism: mesh and direct fold contributions in rank order 0, 1, ..., P-1, so they give
-//! the same bits as each other; the ring folds each block in ring order, and the two-level
+//! the same bits as each other; doubling folds a balanced tree over the ranks in order; the ring folds each block in ring order, and the two-level
 //! algorithm each host's ranks in rank order, then the hosts in the order of their first ranks. Either way the order
 //! depends only on the world size and the agreed settings, never on timing, and every rank
 //! ends with the owner's bits.
 
 pub mod direct;
+pub mod doubling;
 pub mod hosts;
 pub mod mesh;
 pub mod p2p;

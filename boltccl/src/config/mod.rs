@@ -50,6 +50,9 @@ pub enum Algo {
     Auto,
     /// Every rank sends its whole buffer to every peer (one step; small messages).
     Mesh,
+    /// Recursive doubling: log2(P) steps of one message each (small messages, four or more
+    /// ranks).
+    Doubling,
     /// Reduce-scatter then all-gather, all links at once (large messages on a full mesh).
     Direct,
     /// Bidirectional ring (ring topologies).
@@ -65,6 +68,7 @@ impl Algo {
         match self {
             Algo::Auto => "auto",
             Algo::Mesh => "mesh",
+            Algo::Doubling => "doubling",
             Algo::Direct => "direct",
             Algo::Ring => "ring",
             Algo::Hosts => "hosts",
@@ -324,6 +328,7 @@ pub fn parse_algo(v: &str) -> Option<Algo> {
     match v.to_ascii_lowercase().as_str() {
         "auto" => Some(Algo::Auto),
         "mesh" => Some(Algo::Mesh),
+        "doubling" => Some(Algo::Doubling),
         "direct" | "rsag" => Some(Algo::Direct),
         "ring" => Some(Algo::Ring),
         _ => None,
@@ -371,7 +376,7 @@ mod tests {
         let e = cfg(&[("BOLTCCL_WORLD_SIZE", "2")]).unwrap_err().to_string();
         assert!(e.contains("BOLTCCL_COORDINATOR"), "{e}");
         let e = cfg(&[("BOLTCCL_ALGO", "tree")]).unwrap_err().to_string();
-        assert!(e.contains("expected auto, mesh, direct or ring"), "{e}");
+        assert!(e.contains("expected auto, mesh, doubling, direct or ring"), "{e}");
         let e = cfg(&[("BOLTCCL_CHUNK_BYTES", "12")]).unwrap_err().to_string();
         assert!(e.contains("multiple of 8"), "{e}");
         let e = cfg(&[("BOLTCCL_TIMEOUT_MS", "soon")]).unwrap_err().to_string();

@@ -183,10 +183,10 @@ pub const VARS: &[Var] = &[
     Var {
         name: ALGO,
         default: "auto",
-        help: "Force an algorithm: auto, mesh, direct (reduce-scatter + all-gather on a full mesh) or ring (bidirectional). For benchmarks.",
+        help: "Force an algorithm: auto, mesh, doubling (recursive doubling; all-reduce only), direct (reduce-scatter + all-gather on a full mesh) or ring (bidirectional). For benchmarks.",
         fallbacks: &[],
         apply: |c, v| {
-            c.algo = parse_algo(v).ok_or("expected auto, mesh, direct or ring")?;
+            c.algo = parse_algo(v).ok_or("expected auto, mesh, doubling, direct or ring")?;
             Ok(())
         },
     },

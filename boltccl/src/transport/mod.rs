@@ -3,8 +3,8 @@
 //! The whole interface is one call, [`Transport::exchange`]: a batch of sends and receives
 //! that proceed concurrently on all links, in list order per peer, with a callback as each
 //! receive completes so the caller can reduce that piece while the rest is still on the wire.
-//! That is enough for every algorithm boltccl has (mesh, direct reduce-scatter/all-gather,
-//! bidirectional ring, point-to-point).
+//! That is enough for every algorithm boltccl has (mesh, recursive doubling, direct
+//! reduce-scatter/all-gather, bidirectional ring, point-to-point).
 //!
 //! Every transport is a [`mesh::Mesh`]: per peer, one [`progress::Channel`] (TCP sockets, RDMA
 //! queue pairs, in-process queues) chosen by [`connect`], all driven by the one progress

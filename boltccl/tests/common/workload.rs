@@ -159,8 +159,20 @@ pub fn suite_for<T: TestElem>(g: &Group, d: &mut Digest) {
     }
 }
 
-/// Random f32 inputs: every rank must get the same bits, equal to the rank-order fold for the
-/// mesh and direct algorithms.
+/// The sum of `p` terms in recursive doubling's order, computed here: the lowest
+/// 2·(p - 2^k) ranks folded in pairs, then a balanced tree, lower half first.
+fn doubling_order(p: usize, term: impl Fn(usize) -> f32) -> f32 {
+    let paired = 2 * (p - (1 << p.ilog2()));
+    let mut level: Vec<f32> =
+        (0..paired / 2).map(|i| term(2 * i) + term(2 * i + 1)).chain((paired..p).map(&term)).collect();
+    while level.len() > 1 {
+        level = level.chunks(2).map(|pair| pair[0] + pair[1]).collect();
+    }
+    level[0]
+}
+
+/// Random f32 inputs: every rank must get the same bits, equal to the fold the algorithm
+/// documents (rank order for mesh and direct, a balanced tree for doubling).
 pub fn determinism(g: &Group, d: &mut Digest) {
     let (r, p) = (g.rank(), g.size());
     let gen = |q: usize, n: usize| -> Vec<f32> {
@@ -191,8 +203,12 @@ pub fn determinism(g: &Group, d: &mut Digest) {
                 |ranks: &[usize], i: usize| ranks[1..].iter().fold(inputs[ranks[0]][i], |acc, &q| acc + inputs[q][i]);
             let levels = if algo == boltccl::Algo::Hosts { g.hosts() } else { vec![(0..p).collect()] };
             for (i, got) in a.iter().enumerate() {
-                let totals: Vec<f32> = levels.iter().map(|h| fold(h, i)).collect();
-                let acc = totals[1..].iter().fold(totals[0], |acc, t| acc + t);
+                let acc = if algo == boltccl::Algo::Doubling {
+                    doubling_order(p, |q| inputs[q][i])
+                } else {
+                    let totals: Vec<f32> = levels.iter().map(|h| fold(h, i)).collect();
+                    totals[1..].iter().fold(totals[0], |acc, t| acc + t)
+                };
                 assert_eq!(got.to_bits(), acc.to_bits(), "element {i} is not the {algo:?} order sum");
             }
         }
