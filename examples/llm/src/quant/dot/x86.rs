@@ -348,7 +348,7 @@ macro_rules! kernels {
             unsafe fn group<const T: u8, const R: usize, const EXACT: bool>(
                 op: &Operands,
                 r0: usize,
-                sc: &mut [Scales; ROWS],
+                (sc, sp, sp_ready): (&mut [Scales; ROWS], &mut [f32; 4 * CHUNK], bool),
                 out: &mut [f32],
                 exact: &mut [f64],
             ) {
@@ -358,7 +358,6 @@ macro_rules! kernels {
                 unsafe {
                     let (mut x, mut y) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
                     let mut ex = [_mm256_setzero_pd(); R];
-                    let mut sp = [0f32; 4 * CHUNK];
                     let unit = if EXACT { op.unit } else { op.nb };
                     let span = span_for(unit);
                     let mut c0 = 0;
@@ -369,14 +368,14 @@ macro_rules! kernels {
                         for i in 0..R {
                             scales::<T>(op, r0 + i, c0, n, &mut sc[i]);
                         }
-                        if T == T_Q4_1 {
-                            pair_sums(op, c0, n, &mut sp);
+                        if T == T_Q4_1 && !sp_ready {
+                            pair_sums(op, c0, n, sp);
                         }
                         // The units (or the part of one) in this chunk.
                         let mut u = c0;
                         while u < c0 + n {
                             let ue = (u - u % unit + unit).min(op.nb).min(c0 + n);
-                            accumulate::<T, R>(op, r0, (u, ue - u, u - c0), (sc, &sp), &mut x, &mut y);
+                            accumulate::<T, R>(op, r0, (u, ue - u, u - c0), (sc, sp), &mut x, &mut y);
                             if EXACT && (ue == op.nb || ue % unit == 0) {
                                 for i in 0..R {
                                     to_grid(lanes::<T>(x[i], y[i]), &mut ex[i]);
@@ -427,15 +426,23 @@ macro_rules! kernels {
                 // blocks (`operands` checks).
                 unsafe {
                     let n = if EXACT { exact.len() } else { out.len() };
+                    // Q4_1's activation sums depend on the chunk, not the row: when one chunk
+                    // covers the rows, they are laid out once for every group.
+                    let mut sp = [0f32; 4 * CHUNK];
+                    let unit = if EXACT { op.unit } else { op.nb };
+                    let sp_ready = T == T_Q4_1 && op.nb <= CHUNK.min(span_for(unit));
+                    if sp_ready {
+                        pair_sums(op, 0, op.nb, &mut sp);
+                    }
                     let mut r = 0;
                     while r < n {
                         let k = if r + ROWS <= n { ROWS } else { 1 };
                         let (o, e) =
                             if EXACT { (&mut [][..], &mut exact[r..r + k]) } else { (&mut out[r..r + k], &mut [][..]) };
                         if k == ROWS {
-                            group::<T, ROWS, EXACT>(op, r, sc, o, e);
+                            group::<T, ROWS, EXACT>(op, r, (sc, &mut sp, sp_ready), o, e);
                         } else {
-                            group::<T, 1, EXACT>(op, r, sc, o, e);
+                            group::<T, 1, EXACT>(op, r, (sc, &mut sp, sp_ready), o, e);
                         }
                         r += k;
                     }
