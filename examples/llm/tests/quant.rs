@@ -3,7 +3,7 @@
 mod common;
 
 use boltccl_llm::ops::Mat;
-use boltccl_llm::quant::{dequantize, GgmlType, QuantError, QuantRows};
+use boltccl_llm::quant::{dequantize, GgmlType, Packer, QuantError, QuantRows};
 use boltccl_llm::sample::Rng;
 use common::gguf_writer as gw;
 
@@ -148,4 +148,50 @@ fn quantized_matrices_multiply_like_their_f32_decoding() {
         }
         assert!(q.slice_cols(16..48).is_none(), "unaligned shard must fall back to f32");
     }
+}
+
+/// Packed matrices (one mapping for all, on huge pages where the kernel allows) hold the same
+/// planes and give the same products, bit for bit, as the vectors they were built in; and
+/// one matrix larger than a packing chunk gets a mapping of its own.
+#[test]
+fn packed_matrices_are_the_same_matrices() {
+    let mut rng = Rng::new(17);
+    type Enc = fn(&[f32]) -> (Vec<u8>, Vec<f32>);
+    let shapes = [
+        (GgmlType::Q4_1, 37, 96, gw::q4_1 as Enc),
+        (GgmlType::Q8_0, 5, 64, gw::q8_0),
+        (GgmlType::Q4_0, 9, 32, gw::q4_0),
+    ];
+    let built: Vec<QuantRows> = shapes
+        .iter()
+        .map(|&(ty, rows, cols, enc)| {
+            let w: Vec<f32> = (0..rows * cols).map(|_| rng.next_f32() * 2.0 - 1.0).collect();
+            QuantRows::new(ty, cols, enc(&w).0).unwrap()
+        })
+        .collect();
+    let mut packed = built.clone();
+    let mut packer = Packer::default();
+    for q in packed.iter_mut() {
+        packer.put(q).unwrap();
+    }
+    packer.finish(&mut packed.iter_mut().collect::<Vec<_>>()).unwrap();
+    for (a, b) in built.iter().zip(&packed) {
+        assert_eq!(a.planes(), b.planes(), "{:?}", a.ty);
+        let x: Vec<f32> = (0..a.cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let (mut ya, mut yb) = (vec![0f32; a.rows()], vec![0f32; b.rows()]);
+        Mat::quantized_q8(a.clone()).matvec(&x, &mut ya).unwrap();
+        Mat::quantized_q8(b.clone()).matvec(&x, &mut yb).unwrap();
+        assert_eq!(
+            ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            yb.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+    }
+    // 70 MiB of Q8_0 rows in one matrix: more than a packing chunk, so a mapping of its own.
+    let (rows, cols) = (2112, 32 * 1024);
+    let big = QuantRows::new(GgmlType::Q8_0, cols, vec![0u8; rows * cols / 32 * 34]).unwrap();
+    let mut copy = big.clone();
+    let mut packer = Packer::default();
+    packer.put(&mut copy).unwrap();
+    packer.finish(&mut [&mut copy]).unwrap();
+    assert_eq!(big.planes(), copy.planes());
 }

@@ -7,7 +7,7 @@ use anyhow::{ensure, Context};
 use super::{Layer, Model};
 use crate::loader::{names, WeightSource};
 use crate::ops::{rope_inv_freq, Mat};
-use crate::quant::QK;
+use crate::quant::{Packer, QuantRows, QK};
 use crate::shard::{exact_head_unit, ShardPlan};
 
 /// How block-quantised GGUF weights (Q8_0, Q4_0, Q4_1) are held and multiplied on the CPU.
@@ -132,12 +132,18 @@ impl Model {
     pub fn load_with(src: &dyn WeightSource, plan: ShardPlan, opts: LoadOptions) -> anyhow::Result<Self> {
         let cfg = src.config().clone();
         let (h, hd) = (cfg.hidden_size, cfg.head_dim);
-        let embed = rows(src, names::EMBED, 0..cfg.vocab_size, h, opts).context("embedding (vocab x hidden)")?;
+        // Each matrix moves into the packer once loaded, so the heap holds one at a time.
+        let mut packer = Packer::default();
+        let mut put = |mut m: Mat| -> anyhow::Result<Mat> {
+            m.quant.as_mut().map_or(Ok(()), |q| packer.put(q)).context("packing the quantised weights")?;
+            Ok(m)
+        };
+        let embed = put(rows(src, names::EMBED, 0..cfg.vocab_size, h, opts).context("embedding (vocab x hidden)")?)?;
         let tied = cfg.tie_embeddings || !src.contains(names::LM_HEAD);
         let lm_head = if tied {
             None
         } else {
-            Some(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h, opts).context("lm_head (vocab x hidden)")?)
+            Some(put(rows(src, names::LM_HEAD, 0..cfg.vocab_size, h, opts).context("lm_head (vocab x hidden)")?)?)
         };
         let q_rows = plan.q_heads.start * hd..plan.q_heads.end * hd;
         let kv_rows = plan.kv_heads.start * hd..plan.kv_heads.end * hd;
@@ -156,26 +162,33 @@ impl Model {
             let down_exact = down_exact && block_quantized(src, &n("mlp.down_proj.weight"))?;
             let layer = Layer {
                 attn_norm: vector(src, &n("input_layernorm.weight"), h)?,
-                wq: rows(src, &n("self_attn.q_proj.weight"), q_rows.clone(), h, opts)?,
-                wk: rows(src, &n("self_attn.k_proj.weight"), kv_rows.clone(), h, opts)?,
-                wv: rows(src, &n("self_attn.v_proj.weight"), kv_rows.clone(), h, opts)?,
+                wq: put(rows(src, &n("self_attn.q_proj.weight"), q_rows.clone(), h, opts)?)?,
+                wk: put(rows(src, &n("self_attn.k_proj.weight"), kv_rows.clone(), h, opts)?)?,
+                wv: put(rows(src, &n("self_attn.v_proj.weight"), kv_rows.clone(), h, opts)?)?,
                 bq: optional_slice(src, &n("self_attn.q_proj.bias"), q_rows.clone())?,
                 bk: optional_slice(src, &n("self_attn.k_proj.bias"), kv_rows.clone())?,
                 bv: optional_slice(src, &n("self_attn.v_proj.bias"), kv_rows.clone())?,
                 q_norm: optional_slice(src, &n("self_attn.q_norm.weight"), 0..hd)?,
                 k_norm: optional_slice(src, &n("self_attn.k_norm.weight"), 0..hd)?,
-                wo: cols(src, &n("self_attn.o_proj.weight"), q_rows.clone(), h, o_unit.filter(|_| o_exact), opts)?,
+                wo: put(cols(
+                    src,
+                    &n("self_attn.o_proj.weight"),
+                    q_rows.clone(),
+                    h,
+                    o_unit.filter(|_| o_exact),
+                    opts,
+                )?)?,
                 ffn_norm: vector(src, &n("post_attention_layernorm.weight"), h)?,
-                w_gate: rows(src, &n("mlp.gate_proj.weight"), plan.ffn.clone(), h, opts)?,
-                w_up: rows(src, &n("mlp.up_proj.weight"), plan.ffn.clone(), h, opts)?,
-                w_down: cols(
+                w_gate: put(rows(src, &n("mlp.gate_proj.weight"), plan.ffn.clone(), h, opts)?)?,
+                w_up: put(rows(src, &n("mlp.up_proj.weight"), plan.ffn.clone(), h, opts)?)?,
+                w_down: put(cols(
                     src,
                     &n("mlp.down_proj.weight"),
                     plan.ffn.clone(),
                     h,
                     down_exact.then_some(DOWN_UNIT),
                     opts,
-                )?,
+                )?)?,
                 o_exact,
                 down_exact,
             };
@@ -187,7 +200,7 @@ impl Model {
             layers.push(layer);
         }
         let inv_freq = rope_inv_freq(hd, cfg.rope_theta);
-        Ok(Self {
+        let mut model = Self {
             final_norm: vector(src, names::FINAL_NORM, h)?,
             cfg,
             plan,
@@ -199,7 +212,29 @@ impl Model {
             gpu_layers: None,
             #[cfg(feature = "gpu")]
             head_gpu: None,
-        })
+        };
+        let mut quant = Vec::new();
+        model.quant_rows_mut(|q| {
+            quant.push(q);
+            Ok(())
+        })?;
+        packer.finish(&mut quant).context("packing the quantised weights")?;
+        Ok(model)
+    }
+
+    /// Calls `f` on every block-quantised matrix.
+    fn quant_rows_mut<'a>(
+        &'a mut self,
+        mut f: impl FnMut(&'a mut QuantRows) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let Model { embed, lm_head, layers, .. } = self;
+        for l in layers.iter_mut() {
+            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
+                m.quant.as_mut().map_or(Ok(()), &mut f)?;
+            }
+        }
+        embed.quant.as_mut().map_or(Ok(()), &mut f)?;
+        lm_head.as_mut().and_then(|m| m.quant.as_mut()).map_or(Ok(()), &mut f)
     }
 
     /// Bytes of weights this rank holds on the CPU (matrices, norms and biases).

@@ -15,7 +15,7 @@ mod q8;
 mod rows;
 
 pub use q8::{quantize_block, Q8Act, Q8View};
-pub use rows::QuantRows;
+pub use rows::{Packer, QuantRows};
 
 use half::{bf16, f16};
 use thiserror::Error;
