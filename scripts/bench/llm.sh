@@ -124,6 +124,9 @@ row tp1x1 "boltccl-llm TP=1, 1 thread" "$C0"
 row tp2 "boltccl-llm TP=2, 1 process per core (shared memory)" "$C0 + $C1"
 row tp2mem "boltccl-llm TP=2, 2 threads of 1 process (in-memory)" "$C0,$C1"
 row tp3 "boltccl-llm TP=3, 3 processes on 2 cores (shared memory)" "$C0,$C1"
+echo
+echo "Rounds, in order (decode tok/s):"
+for c in "${configs[@]}"; do echo "  $c: $(awk '{ printf "%s ", $1 }' "$RES/$c")"; done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2fx", a / b; else print "?" }'; }
 echo
 echo "TP=2 (one core per rank) / TP=1 on one core: $(ratio "$(tok tp2)" "$(tok tp1x1)")"
