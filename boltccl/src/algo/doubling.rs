@@ -13,17 +13,15 @@
 //! whole is a balanced tree over the ranks in order, `(x0 + x1) + (x2 + x3)` for four (for
 //! three, `(x0 + x1) + x2`). It depends only on the world size.
 
+use super::direct::{recv_pieces, send_pieces};
 use super::plan::{piece_count, pieces};
 use super::{Link, Pool, Scratch};
 use crate::error::Result;
 use crate::reduce::{fold, Order};
 use crate::transport::{RecvOp, SendOp};
 use crate::types::{DType, ReduceOp};
-use crate::wire::{Header, Phase};
+use crate::wire::Phase;
 use std::ops::Range;
-
-/// Pieces per exchange when nothing is folded (no scratch involved: only the op lists grow).
-const COPY_BATCH: usize = 1024;
 
 /// Doubling all-reduce. `input` is `None` when `buf` holds the input.
 pub(crate) fn all_reduce(
@@ -41,13 +39,15 @@ pub(crate) fn all_reduce(
     let active = 1usize << p.ilog2();
     let paired = 2 * (p - active);
     let slots = &mut scratch.slots;
-    let fold_with = |order: Order| Recv::Fold { op, dtype, order };
+    let with = |order: Order| Fold { op, dtype, order };
     if me < paired && me % 2 == 0 {
-        step(link, slots, Phase::Reduce, 0, me + 1, true, Recv::Nothing, buf)?;
-        return step(link, slots, Phase::Gather, 0, me + 1, false, Recv::Into, buf);
+        let sends = send_pieces(link, me + 1, buf, Phase::Reduce)?;
+        link.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
+        let mut recvs = recv_pieces(link, me + 1, buf, Phase::Gather)?;
+        return link.exchange(&[], &mut recvs, &mut |_, _| Ok(()));
     }
     if me < paired {
-        step(link, slots, Phase::Reduce, 0, me - 1, false, fold_with(Order::NextFirst), buf)?;
+        fold_step(link, slots, with(Order::NextFirst), 0, me - 1, false, buf)?;
     }
     // Position among the ranks that take part in the doubling, and back.
     let v = if me < paired { me / 2 } else { me - paired / 2 };
@@ -55,91 +55,59 @@ pub(crate) fn all_reduce(
     for s in 0..active.trailing_zeros() as usize {
         let partner = v ^ (1 << s);
         let order = if v < partner { Order::AccFirst } else { Order::NextFirst };
-        step(link, slots, Phase::Reduce, s + 1, rank_of(partner), true, fold_with(order), buf)?;
+        fold_step(link, slots, with(order), s + 1, rank_of(partner), true, buf)?;
     }
     if me < paired {
-        step(link, slots, Phase::Gather, 0, me - 1, true, Recv::Nothing, buf)?;
+        let sends = send_pieces(link, me - 1, buf, Phase::Gather)?;
+        link.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
     }
     Ok(())
 }
 
-/// The sends of `pieces` of `buf` to `peer` (none unless `send`).
-fn send_ops<'b>(
-    send: bool,
-    peer: usize,
-    pieces: &[Range<usize>],
-    headers: &[Header],
-    buf: &'b [u8],
-) -> Vec<SendOp<'b>> {
-    if !send {
-        return Vec::new();
-    }
-    pieces.iter().zip(headers).map(|(r, &header)| SendOp { peer, header, data: &buf[r.clone()] }).collect()
-}
-
-/// What a step does with the peer's buffer.
+/// How a step folds the peer's running total into this rank's.
 #[derive(Clone, Copy)]
-enum Recv {
-    /// Nothing comes.
-    Nothing,
-    /// It replaces `buf`.
-    Into,
-    /// It is folded into `buf`.
-    Fold { op: ReduceOp, dtype: DType, order: Order },
+struct Fold {
+    op: ReduceOp,
+    dtype: DType,
+    order: Order,
 }
 
-/// One step with `peer`: send `buf` to it (when `send`) and take its buffer as `recv` says,
-/// in batches of pieces (folded after each batch has arrived, as the sends read `buf`).
-#[allow(clippy::too_many_arguments)]
-fn step(
+/// Step `at` with `peer`: send `buf` to it (when `send`), receive its running total and fold
+/// it into `buf`, in batches of pieces that fit the scratch (each folded once the batch has
+/// arrived, as the sends read `buf` until then).
+fn fold_step(
     link: &mut Link<'_>,
     slots: &mut Pool,
-    phase: Phase,
+    f: Fold,
     at: usize,
     peer: usize,
     send: bool,
-    recv: Recv,
     buf: &mut [u8],
 ) -> Result<()> {
-    let chunk = link.chunk;
-    let batch = if matches!(recv, Recv::Fold { .. }) { link.batch(1) } else { COPY_BATCH };
+    let (chunk, batch, to) = (link.chunk, link.batch(1), link.peer(peer));
     let all: Vec<Range<usize>> = pieces(0..buf.len(), chunk).collect();
-    let area = match recv {
-        Recv::Fold { .. } => slots.get(batch.min(piece_count(buf.len(), chunk)) * chunk),
-        _ => &mut [][..],
-    };
+    let area = slots.get(batch.min(piece_count(buf.len(), chunk)) * chunk);
     for (b, these) in all.chunks(batch).enumerate() {
-        let to = link.peer(peer);
         let headers = these
             .iter()
             .enumerate()
-            .map(|(k, r)| link.hdr(phase, at, b * batch + k, r.len()))
+            .map(|(k, r)| link.hdr(Phase::Reduce, at, b * batch + k, r.len()))
             .collect::<Result<Vec<_>>>()?;
-        match recv {
-            Recv::Nothing => link.exchange(&send_ops(send, to, these, &headers, buf), &mut [], &mut |_, _| Ok(()))?,
-            Recv::Into => {
-                let (start, end) = (these[0].start, these[these.len() - 1].end);
-                let mut rest = &mut buf[start..end];
-                let mut recvs = Vec::with_capacity(these.len());
-                for (r, &expect) in these.iter().zip(&headers) {
-                    let (piece, tail) = std::mem::take(&mut rest).split_at_mut(r.len());
-                    recvs.push(RecvOp { peer: to, expect, buf: piece });
-                    rest = tail;
-                }
-                link.exchange(&[], &mut recvs, &mut |_, _| Ok(()))?;
-            }
-            Recv::Fold { op, dtype, order } => {
-                let mut recvs: Vec<RecvOp<'_>> = these
-                    .iter()
-                    .zip(&headers)
-                    .zip(area.chunks_mut(chunk))
-                    .map(|((r, &expect), slot)| RecvOp { peer: to, expect, buf: &mut slot[..r.len()] })
-                    .collect();
-                link.exchange(&send_ops(send, to, these, &headers, buf), &mut recvs, &mut |_, _| Ok(()))?;
-                for (r, slot) in these.iter().zip(area.chunks(chunk)) {
-                    fold(op, dtype, &mut buf[r.clone()], &slot[..r.len()], order);
-                }
-            }
+        let sends: Vec<SendOp<'_>> = if send {
+            these.iter().zip(&headers).map(|(r, &header)| SendOp { peer: to, header, data: &buf[r.clone()] }).collect()
+        } else {
+            Vec::new()
+        };
+        let mut recvs: Vec<RecvOp<'_>> = these
+            .iter()
+            .zip(&headers)
+            .zip(area.chunks_mut(chunk))
+            .map(|((r, &expect), slot)| RecvOp { peer: to, expect, buf: &mut slot[..r.len()] })
+            .collect();
+        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+        drop(sends);
+        for (r, slot) in these.iter().zip(area.chunks(chunk)) {
+            fold(f.op, f.dtype, &mut buf[r.clone()], &slot[..r.len()], f.order);
         }
     }
     Ok(())

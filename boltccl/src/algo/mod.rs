@@ -17,10 +17,11 @@
 //! [`Scratch`] memory separately.
 //!
 //! Determinism: mesh and direct fold contributions in rank order 0, 1, ..., P-1, so they give
-//! the same bits as each other; doubling folds a balanced tree over the ranks in order; the ring folds each block in ring order, and the two-level
-//! algorithm each host's ranks in rank order, then the hosts in the order of their first ranks. Either way the order
-//! depends only on the world size and the agreed settings, never on timing, and every rank
-//! ends with the owner's bits.
+//! the same bits as each other; doubling folds a balanced tree over the ranks in order; the
+//! ring folds each block in ring order, and the two-level algorithm each host's ranks in rank
+//! order, then the hosts in the order of their first ranks. Either way the order depends only
+//! on the world size and the agreed settings, never on timing, and every rank ends with the
+//! owner's bits.
 
 pub mod direct;
 pub mod doubling;

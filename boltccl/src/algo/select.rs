@@ -143,7 +143,8 @@ impl Cabling {
 ///   several ranks each ([`Cabling::levels`]: shared memory inside hosts, host totals over the
 ///   network); up to `BOLTCCL_MESH_MAX_BYTES` (decode-sized messages), recursive doubling on
 ///   4, 8, 16, ... ranks without RDMA links (fewer messages where each costs system calls)
-///   and the mesh (one round trip) otherwise; above it the ring on a ring-cabled group, direct otherwise;
+///   and the mesh (one round trip) otherwise; above it the ring on a ring-cabled group, direct
+///   otherwise;
 /// - all-gather and reduce-scatter: the ring when forced, or when large on a ring-cabled group;
 ///   direct otherwise (they have no mesh form);
 /// - broadcast: the ring as above; otherwise, above `BOLTCCL_MESH_MAX_BYTES` on more than two
