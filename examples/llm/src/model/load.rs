@@ -213,28 +213,22 @@ impl Model {
             #[cfg(feature = "gpu")]
             head_gpu: None,
         };
-        let mut quant = Vec::new();
-        model.quant_rows_mut(|q| {
-            quant.push(q);
-            Ok(())
-        })?;
-        packer.finish(&mut quant).context("packing the quantised weights")?;
+        packer.finish(&mut model.quant_rows_mut()).context("packing the quantised weights")?;
         Ok(model)
     }
 
-    /// Calls `f` on every block-quantised matrix.
-    fn quant_rows_mut<'a>(
-        &'a mut self,
-        mut f: impl FnMut(&'a mut QuantRows) -> std::io::Result<()>,
-    ) -> std::io::Result<()> {
+    /// Every block-quantised matrix.
+    fn quant_rows_mut(&mut self) -> Vec<&mut QuantRows> {
         let Model { embed, lm_head, layers, .. } = self;
+        let mut all = Vec::new();
         for l in layers.iter_mut() {
             for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
-                m.quant.as_mut().map_or(Ok(()), &mut f)?;
+                all.extend(m.quant.as_mut());
             }
         }
-        embed.quant.as_mut().map_or(Ok(()), &mut f)?;
-        lm_head.as_mut().and_then(|m| m.quant.as_mut()).map_or(Ok(()), &mut f)
+        all.extend(embed.quant.as_mut());
+        all.extend(lm_head.as_mut().and_then(|m| m.quant.as_mut()));
+        all
     }
 
     /// Bytes of weights this rank holds on the CPU (matrices, norms and biases).
