@@ -20,8 +20,20 @@ pub fn prerequisite_missing(test: &str, why: &str) {
 
 /// A free TCP port on loopback for rank 0 to listen on later (below the ephemeral range, so
 /// no connection of a test running alongside is given it meanwhile).
+///
+/// Never the same port twice in one test binary: its tests run side by side and may each
+/// hold many ports handed out in advance (the mismatch matrix takes one per case), and a port
+/// that is free now can be handed to two of them. Two jobs on one port join the wrong group.
 pub fn free_port() -> u16 {
-    boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Held while a test runs its job, so the test binary runs those jobs one at a time (each file
