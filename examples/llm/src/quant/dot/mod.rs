@@ -67,6 +67,8 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX2 with AVX-VNNI (`vpdpbusd` on 256-bit registers).
     AvxVnni,
+    /// x86-64 AVX2 with AVX512-VNNI and AVX512VL (`vpdpbusd` on 256-bit registers, EVEX).
+    Avx512Vnni,
     /// aarch64 Advanced SIMD (`smull` + pairwise adds).
     Neon,
     /// aarch64 Advanced SIMD with the dot-product extension (`sdot`; every Apple M-series chip).
@@ -82,6 +84,9 @@ impl Isa {
             if x86::has_avx2() {
                 v.push(Isa::Avx2);
             }
+            if x86::has_avx512_vnni() {
+                v.push(Isa::Avx512Vnni);
+            }
             if x86::has_avx_vnni() {
                 v.push(Isa::AvxVnni);
             }
@@ -96,7 +101,7 @@ impl Isa {
         v
     }
 
-    /// The fastest available (detected once). `BOLTCCL_LLM_ISA=scalar|avx2|avxvnni|neon|neondot`
+    /// The fastest available (detected once). `BOLTCCL_LLM_ISA=scalar|avx2|avxvnni|avx512vnni|neon|neondot`
     /// picks another available one (for comparisons); unknown or unavailable names are ignored.
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
@@ -107,11 +112,22 @@ impl Isa {
         })
     }
 
+    /// The x86 kernels' integer dot product for an x86 instruction set.
+    #[cfg(target_arch = "x86_64")]
+    fn x86_dot(self) -> x86::Dot {
+        match self {
+            Isa::AvxVnni => x86::Dot::AvxVnni,
+            Isa::Avx512Vnni => x86::Dot::Avx512Vnni,
+            _ => x86::Dot::Avx2,
+        }
+    }
+
     fn parse(s: &str) -> Option<Isa> {
         Some(match s.to_ascii_lowercase().as_str() {
             "scalar" => Isa::Scalar,
             "avx2" => Isa::Avx2,
             "avxvnni" => Isa::AvxVnni,
+            "avx512vnni" => Isa::Avx512Vnni,
             "neon" => Isa::Neon,
             "neondot" => Isa::NeonDot,
             _ => return None,
@@ -157,7 +173,7 @@ pub fn dot_rows_with(isa: Isa, w: &QuantRows, rows: Range<usize>, a: Q8View, out
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => x86::dot_rows(&op, isa == Isa::AvxVnni, out, &mut []),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86::dot_rows(&op, isa.x86_dot(), out, &mut []),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDot => aarch64::dot_rows(&op, isa == Isa::NeonDot, out, &mut []),
         #[allow(unreachable_patterns)] // every other arm is compiled out on this target
@@ -185,7 +201,7 @@ pub fn dot_rows_exact_with(isa: Isa, w: &QuantRows, rows: Range<usize>, a: Q8Vie
             }
         }
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => x86::dot_rows(&op, isa == Isa::AvxVnni, &mut [], out),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86::dot_rows(&op, isa.x86_dot(), &mut [], out),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDot => aarch64::dot_rows(&op, isa == Isa::NeonDot, &mut [], out),
         #[allow(unreachable_patterns)] // every other arm is compiled out on this target

@@ -1,4 +1,5 @@
-//! x86-64 kernels: AVX2 (`pmaddubsw` + `pmaddwd`) and AVX-VNNI (`vpdpbusd`), chosen at run time.
+//! x86-64 kernels: AVX2 (`pmaddubsw` + `pmaddwd`), AVX-VNNI or AVX512-VNNI (`vpdpbusd`), chosen
+//! at run time.
 //!
 //! Four rows at a time share each activation load. The Q4 kernels take two blocks per step: 32
 //! bytes of quants hold blocks `b` and `b + 1`, whose low nibbles (elements 0..15 of both) and
@@ -44,14 +45,40 @@ pub(super) fn has_avx_vnni() -> bool {
     has_avx2() && is_x86_feature_detected!("avxvnni")
 }
 
+pub(super) fn has_avx512_vnni() -> bool {
+    has_avx2() && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl")
+}
+
+/// The integer dot product the kernels are built around.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Dot {
+    /// `pmaddubsw` + `pmaddwd` (AVX2).
+    Avx2,
+    /// `vpdpbusd`, VEX-encoded (AVX-VNNI).
+    AvxVnni,
+    /// `vpdpbusd` on 256-bit registers, EVEX-encoded (AVX512-VNNI + AVX512VL: AMD Zen 4 and
+    /// Intel server chips, which lack AVX-VNNI).
+    Avx512Vnni,
+}
+
+impl Dot {
+    fn available(self) -> bool {
+        match self {
+            Dot::Avx2 => has_avx2(),
+            Dot::AvxVnni => has_avx_vnni(),
+            Dot::Avx512Vnni => has_avx512_vnni(),
+        }
+    }
+}
+
 const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
 const T_Q8_0: u8 = 2;
 
-/// Runs the kernel for `op` on AVX2 (or AVX-VNNI when `vnni`): into `out` (steps 1-5), or,
-/// when `out` is empty, into `exact` (step 6, units of `op.unit` blocks).
-pub(super) fn dot_rows(op: &Operands, vnni: bool, out: &mut [f32], exact: &mut [f64]) {
-    assert!(has_avx2() && (!vnni || has_avx_vnni()), "caller checked Isa::available");
+/// Runs the kernel for `op` built on `dot`: into `out` (steps 1-5), or, when `out` is empty,
+/// into `exact` (step 6, units of `op.unit` blocks).
+pub(super) fn dot_rows(op: &Operands, dot: Dot, out: &mut [f32], exact: &mut [f64]) {
+    assert!(dot.available(), "caller checked Isa::available");
     macro_rules! go {
         ($isa:ident, $t:expr) => {
             if out.is_empty() {
@@ -65,13 +92,16 @@ pub(super) fn dot_rows(op: &Operands, vnni: bool, out: &mut [f32], exact: &mut [
     // `exact.len()`) rows of `nb` blocks (checked by `operands`), which is every index the
     // kernels read.
     unsafe {
-        match (vnni, op.ty) {
-            (false, GgmlType::Q4_0) => go!(avx2, T_Q4_0),
-            (false, GgmlType::Q4_1) => go!(avx2, T_Q4_1),
-            (false, _) => go!(avx2, T_Q8_0),
-            (true, GgmlType::Q4_0) => go!(vnni, T_Q4_0),
-            (true, GgmlType::Q4_1) => go!(vnni, T_Q4_1),
-            (true, _) => go!(vnni, T_Q8_0),
+        match (dot, op.ty) {
+            (Dot::Avx2, GgmlType::Q4_0) => go!(avx2, T_Q4_0),
+            (Dot::Avx2, GgmlType::Q4_1) => go!(avx2, T_Q4_1),
+            (Dot::Avx2, _) => go!(avx2, T_Q8_0),
+            (Dot::AvxVnni, GgmlType::Q4_0) => go!(vnni, T_Q4_0),
+            (Dot::AvxVnni, GgmlType::Q4_1) => go!(vnni, T_Q4_1),
+            (Dot::AvxVnni, _) => go!(vnni, T_Q8_0),
+            (Dot::Avx512Vnni, GgmlType::Q4_0) => go!(vnni512, T_Q4_0),
+            (Dot::Avx512Vnni, GgmlType::Q4_1) => go!(vnni512, T_Q4_1),
+            (Dot::Avx512Vnni, _) => go!(vnni512, T_Q8_0),
         }
     }
 }
@@ -465,6 +495,7 @@ kernels!(avx2, "avx2,fma,f16c", |acc, u, s| _mm256_add_epi32(
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 ));
 kernels!(vnni, "avx2,fma,f16c,avxvnni", |acc, u, s| _mm256_dpbusd_avx_epi32(acc, u, s));
+kernels!(vnni512, "avx2,fma,f16c,avx512vnni,avx512vl", |acc, u, s| _mm256_dpbusd_epi32(acc, u, s));
 
 /// Keeps `reduce8` (the portable statement of step 5) and `hsum` visibly the same formula.
 #[cfg(test)]
