@@ -27,11 +27,10 @@ pub trait Comm: Send + Sync {
     }
     /// In-place broadcast of `x` from rank `root` to every rank.
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()>;
-    /// Every rank's `mine` (the same length everywhere), concatenated in rank order. Used
-    /// once, after generation, for the timing report.
-    fn all_gather_u64(&self, _mine: &[u64]) -> anyhow::Result<Vec<u64>> {
-        anyhow::bail!("this Comm cannot gather (timing report unavailable)")
-    }
+    /// Every rank's `mine` (the same length everywhere), concatenated in rank order, the same
+    /// bits on every rank: the greedy token's candidates ([`crate::model::Model::forward_greedy`])
+    /// and the timing report.
+    fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>>;
     /// Send `x` to rank `peer`, which calls [`Comm::recv_bytes`] with the same length (used by
     /// [`Comm::gather_f32`] and by the timing report's clock alignment).
     fn send_bytes(&self, _x: &[u8], _peer: usize) -> anyhow::Result<()> {

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::comm::Comm;
-use crate::model::Model;
+use crate::model::{KvCache, Model};
 use crate::sample::Sampler;
 
 /// What to generate.
@@ -51,10 +51,11 @@ pub struct GenOutput {
 }
 
 /// Runs prefill on `prompt` and then up to `opts.max_tokens` decode steps. Every rank must call
-/// this with the same prompt and options. Every rank computes the logits of its vocabulary
-/// slice and rank 0 gathers them ([`Model::logits`]); rank 0 samples and broadcasts the token,
-/// so all ranks feed the same id. `on_token` is called on rank 0 for each generated token, as
-/// soon as it is chosen (for streaming).
+/// this with the same prompt and options. Greedy decoding (unless logits are recorded) chooses
+/// each token on every rank at once ([`Model::forward_greedy`]); otherwise every rank computes
+/// the logits of its vocabulary slice, rank 0 gathers them ([`Model::logits`]), samples and
+/// broadcasts the token. Either way all ranks feed the same id. `on_token` is called on rank 0
+/// for each generated token, as soon as it is chosen (for streaming).
 pub fn generate(
     model: &Model,
     comm: &dyn Comm,
@@ -67,26 +68,14 @@ pub fn generate(
     let root = comm.rank() == 0;
     let mut cache = model.new_cache();
     let mut out = GenOutput { prompt_tokens: prompt.len(), ..Default::default() };
+    let mut step = Step { model, comm, sampler, opts };
     let t0 = Instant::now();
-    // Every rank asks for logits (each computes its slice); only rank 0 gets them back.
-    let mut logits = model.forward_batch(prompt, &mut cache, comm, true)?;
-    if opts.check_sync {
-        check_sync(comm, cache.fingerprint(), 0)?;
-    }
+    let mut tok = step.next(prompt, &mut cache, 0, &mut out.logits)?;
     out.prefill = t0.elapsed();
 
     let t1 = Instant::now();
     out.decode_start_ns = crate::timing::now_ns();
-    for step in 0..opts.max_tokens {
-        let mut tok = [0u32];
-        if let Some(l) = &logits {
-            tok[0] = sampler.pick(l);
-            if opts.record_logits {
-                out.logits.push(l.clone());
-            }
-        }
-        comm.broadcast_u32(&mut tok, 0)?;
-        let tok = tok[0];
+    for i in 0..opts.max_tokens {
         if Some(tok) == opts.stop_token {
             break;
         }
@@ -94,13 +83,56 @@ pub fn generate(
         if root {
             on_token(tok);
         }
-        if step + 1 < opts.max_tokens {
-            logits = model.forward(tok, &mut cache, comm, true)?;
-            if opts.check_sync {
-                check_sync(comm, cache.fingerprint(), step + 1)?;
-            }
+        if i + 1 < opts.max_tokens {
+            tok = step.next(&[tok], &mut cache, i + 1, &mut out.logits)?;
         }
     }
     out.decode = t1.elapsed();
     Ok(out)
+}
+
+/// What one step of [`generate`] needs besides its tokens.
+struct Step<'a> {
+    model: &'a Model,
+    comm: &'a dyn Comm,
+    sampler: &'a mut Sampler,
+    opts: &'a GenOptions,
+}
+
+impl Step<'_> {
+    /// A forward pass over `tokens` (pass number `pass`), then the next token, the same on
+    /// every rank; rank 0 appends the logits it chose from to `recorded` when asked.
+    fn next(
+        &mut self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        pass: usize,
+        recorded: &mut Vec<Vec<f32>>,
+    ) -> anyhow::Result<u32> {
+        let (model, comm) = (self.model, self.comm);
+        if self.sampler.is_greedy() && !self.opts.record_logits {
+            let tok = model.forward_greedy(tokens, cache, comm)?;
+            self.check(cache, pass)?;
+            return Ok(tok);
+        }
+        // Every rank asks for logits (each computes its slice); only rank 0 gets them back.
+        let logits = model.forward_batch(tokens, cache, comm, true)?;
+        self.check(cache, pass)?;
+        let mut tok = [0u32];
+        if let Some(l) = logits {
+            tok[0] = self.sampler.pick(&l);
+            if self.opts.record_logits {
+                recorded.push(l);
+            }
+        }
+        comm.broadcast_u32(&mut tok, 0)?;
+        Ok(tok[0])
+    }
+
+    fn check(&self, cache: &KvCache, pass: usize) -> anyhow::Result<()> {
+        if self.opts.check_sync {
+            check_sync(self.comm, cache.fingerprint(), pass)?;
+        }
+        Ok(())
+    }
 }

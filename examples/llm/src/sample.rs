@@ -43,9 +43,15 @@ impl Sampler {
         Self { temperature, top_p, rng: Rng::new(seed) }
     }
 
+    /// Whether this sampler takes the largest logit (which ranks can choose together without
+    /// gathering the logits: [`crate::model::Model::forward_greedy`]).
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0
+    }
+
     /// Picks a token id from `logits`.
     pub fn pick(&mut self, logits: &[f32]) -> u32 {
-        if self.temperature <= 0.0 {
+        if self.is_greedy() {
             return argmax(logits);
         }
         let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -78,13 +84,58 @@ impl Sampler {
     }
 }
 
-/// Index of the largest logit (first one on ties).
+/// Index of the largest logit: the first one on ties, NaN never the largest (0 when every
+/// logit is NaN).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+    Best::of(logits, 0).map_or(0, |b| b.index)
+}
+
+/// [`argmax`] of logits held in slices, from each slice's [`Best::of`] in the slices' order:
+/// the same index as `argmax` of the slices joined.
+pub fn argmax_of(slices: impl IntoIterator<Item = Option<Best>>) -> u32 {
+    slices.into_iter().fold(None, Best::or_later).map_or(0, |b| b.index)
+}
+
+/// The largest logit of a slice of the vocabulary and its index in the whole vocabulary: what
+/// a rank contributes to a greedy choice made across ranks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Best {
+    /// The logit (never NaN).
+    pub value: f32,
+    /// Its token id.
+    pub index: u32,
+}
+
+impl Best {
+    /// The first largest non-NaN value of `logits`, whose first value is token `offset`;
+    /// `None` for an empty or all-NaN slice.
+    pub fn of(logits: &[f32], offset: usize) -> Option<Best> {
+        let mut best: Option<Best> = None;
+        for (i, &value) in logits.iter().enumerate() {
+            if !value.is_nan() && best.is_none_or(|b| value > b.value) {
+                best = Some(Best { value, index: (offset + i) as u32 });
+            }
+        }
+        best
+    }
+
+    /// Of `a` and `later` (from a slice further on in the vocabulary): the larger, `a` on a tie.
+    pub fn or_later(a: Option<Best>, later: Option<Best>) -> Option<Best> {
+        match (a, later) {
+            (Some(a), Some(l)) if l.value > a.value => Some(l),
+            (Some(a), _) => Some(a),
+            (None, l) => l,
         }
     }
-    best as u32
+
+    /// `b` in one word, for a collective: the value's bits above the index; `None` as all ones
+    /// (an index no vocabulary reaches).
+    pub fn to_word(b: Option<Best>) -> u64 {
+        b.map_or(u64::MAX, |b| (u64::from(b.value.to_bits()) << 32) | u64::from(b.index))
+    }
+
+    /// The inverse of [`Best::to_word`].
+    pub fn from_word(w: u64) -> Option<Best> {
+        (w != u64::MAX).then(|| Best { value: f32::from_bits((w >> 32) as u32), index: w as u32 })
+    }
 }

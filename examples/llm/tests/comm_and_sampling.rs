@@ -3,7 +3,8 @@
 mod common;
 
 use boltccl_llm::comm::Comm;
-use boltccl_llm::sample::{argmax, Sampler};
+use boltccl_llm::sample::{argmax, argmax_of, Best, Sampler};
+use proptest::prelude::*;
 
 #[test]
 fn local_all_sum_is_identical_on_all_ranks() {
@@ -81,6 +82,33 @@ fn a_failed_rank_does_not_hang_the_others() {
     assert_eq!(errs, [true, true]);
 }
 
+proptest! {
+    /// Ranks choosing a greedy token together ([`Best`] per vocabulary slice, passed as one
+    /// word each) get the index `argmax` gives on the whole vocabulary: ties, NaN and empty
+    /// slices included. Logits from a few values, so that ties are common.
+    #[test]
+    fn argmax_over_slices_is_argmax_of_the_whole(
+        logits in prop::collection::vec(prop::sample::select(vec![f32::NAN, -0.0, 0.0, 1.0, 2.0, f32::INFINITY]), 0..40),
+        cuts in prop::collection::vec(0usize..40, 0..5),
+    ) {
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(logits.len())).collect();
+        cuts.push(0);
+        cuts.push(logits.len());
+        cuts.sort();
+        let words: Vec<u64> = cuts.windows(2).map(|w| Best::to_word(Best::of(&logits[w[0]..w[1]], w[0]))).collect();
+        let sliced = argmax_of(words.into_iter().map(Best::from_word));
+        prop_assert_eq!(sliced, argmax(&logits));
+    }
+}
+
+#[test]
+fn argmax_takes_the_first_largest_and_never_nan() {
+    assert_eq!(argmax(&[1.0, 3.0, 3.0]), 1);
+    assert_eq!(argmax(&[f32::NAN, 1.0, f32::NAN, 2.0]), 3);
+    assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
+    assert_eq!(argmax(&[]), 0);
+}
+
 #[test]
 fn sampler_greedy_seeded_and_top_p() {
     let logits = [0.0, 3.0, 2.9, -1.0, 1.0];
@@ -124,6 +152,9 @@ impl Comm for SkewedComm {
     }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         self.0.broadcast_u32(x, root)
+    }
+    fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
+        self.0.all_gather_u64(mine)
     }
     fn send_bytes(&self, x: &[u8], peer: usize) -> anyhow::Result<()> {
         self.0.send_bytes(x, peer)

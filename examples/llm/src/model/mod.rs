@@ -8,8 +8,10 @@
 //!
 //! The output head is replicated too, but its product is split: each rank computes the logits
 //! of its slice of the vocabulary ([`ShardPlan::vocab`]) from the (identical) final hidden
-//! state, and rank 0 gathers the slices. Every logit is one row's dot product computed the same
-//! way whatever the slicing, so the gathered logits are the bits one rank would compute alone.
+//! state, and rank 0 gathers the slices (or, decoding greedily, the ranks exchange their
+//! slices' largest logits: [`Model::forward_greedy`]). Every logit is one row's dot product
+//! computed the same way whatever the slicing, so the gathered logits are the bits one rank
+//! would compute alone.
 
 mod cpu;
 mod load;
@@ -221,13 +223,34 @@ impl Model {
         #[cfg(feature = "gpu")]
         if self.gpu_layers.is_some() {
             let x = self.forward_gpu(tokens, cache, comm)?;
-            return self.finish(&x, 1, cache, comm, want_logits);
+            let out = self.finish(&x, 1, cache, comm, want_logits);
+            cache.scratch.x = x; // the last token's hidden state, for `forward_greedy`
+            return out;
         }
         self.forward_cpu(tokens, cache, comm)?;
         let x = std::mem::take(&mut cache.scratch.x);
         let out = self.finish(&x, t, cache, comm, want_logits);
         cache.scratch.x = x;
         out
+    }
+
+    /// [`Model::forward_batch`] without logits, then the greedy next token, the same on every
+    /// rank (a collective, like the pass). Each rank takes the largest logit of its slice of the
+    /// vocabulary, and the ranks exchange one (value, index) word each: 8 bytes a rank instead
+    /// of gathering the logits to rank 0 and broadcasting its choice. The token is
+    /// [`argmax`](crate::sample::argmax) of the gathered logits: they are the same bits, the
+    /// slices lie in rank order, and ties go to the lower index both ways.
+    pub fn forward_greedy(&self, tokens: &[u32], cache: &mut KvCache, comm: &dyn Comm) -> anyhow::Result<u32> {
+        self.forward_batch(tokens, cache, comm, false)?;
+        let h = self.cfg.hidden_size;
+        let crate::model::cpu::Scratch { x, head: s, .. } = &mut cache.scratch;
+        self.final_norm_into(&x[x.len() - h..], &mut s.xn);
+        s.mine.resize(self.plan.vocab.len(), 0.0);
+        self.head_slice(&s.xn, &mut s.q, &mut s.mine)?;
+        let mine = crate::sample::Best::of(&s.mine, self.plan.vocab.start);
+        let all = comm.all_gather_u64(&[crate::sample::Best::to_word(mine)]).context("choosing the next token")?;
+        ensure!(all.len() == self.plan.size, "{} candidates from {} ranks", all.len(), self.plan.size);
+        Ok(crate::sample::argmax_of(all.into_iter().map(crate::sample::Best::from_word)))
     }
 
     /// Records the residual fingerprint and, when asked, computes the last token's logits.
@@ -250,6 +273,13 @@ impl Model {
             return Ok(None);
         }
         self.logits_with(&x[(t - 1) * h..], comm, &mut cache.scratch.head)
+    }
+
+    /// `xn = rmsnorm(hidden)` with the final norm: the output head's input.
+    fn final_norm_into(&self, hidden: &[f32], xn: &mut Vec<f32>) {
+        xn.clear();
+        xn.extend_from_slice(hidden);
+        rmsnorm_inplace(xn, &self.final_norm, self.cfg.rms_eps);
     }
 
     /// The output head: the separate `lm_head`, or the embedding when tied.
@@ -300,9 +330,7 @@ impl Model {
             self.plan.rank,
             self.plan.size
         );
-        s.xn.clear();
-        s.xn.extend_from_slice(hidden);
-        rmsnorm_inplace(&mut s.xn, &self.final_norm, cfg.rms_eps);
+        self.final_norm_into(hidden, &mut s.xn);
         if self.plan.size == 1 {
             // One rank computes the whole head: into the returned vector, no gather.
             let mut all = vec![0f32; cfg.vocab_size];

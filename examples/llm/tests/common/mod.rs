@@ -160,7 +160,8 @@ pub fn write_config(dir: &Path, s: &Spec) {
 }
 
 /// Runs greedy generation on `tp` in-process ranks; returns rank 0's output (tokens + logits)
-/// and checks every rank produced the same tokens.
+/// and checks every rank produced the same tokens, and the same again when no logits are
+/// recorded (the ranks then choose each token together, without gathering the logits).
 pub fn run_tp(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize) -> GenOutput {
     run_tp_with(src, tp, prompt, n, LoadOptions::default())
 }
@@ -176,7 +177,11 @@ pub fn run_tp_with(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize, 
                     let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
                     let model = Model::load_with(src, plan, opts).unwrap();
                     let opts = GenOptions { max_tokens: n, stop_token: None, record_logits: true, check_sync: true };
-                    generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
+                    let out = generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
+                    let opts = GenOptions { record_logits: false, ..opts };
+                    let chosen = generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
+                    assert_eq!(chosen.tokens, out.tokens, "rank {}: tokens chosen together differ", c.rank());
+                    out
                 })
             })
             .collect();
