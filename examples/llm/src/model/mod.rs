@@ -22,6 +22,7 @@ use crate::comm::Comm;
 use crate::config::ModelConfig;
 use crate::ops::{rmsnorm_inplace, Mat};
 use crate::quant::Q8Act;
+use crate::sample::{argmax_of, Best};
 use crate::shard::ShardPlan;
 
 pub use load::{LoadOptions, WeightMode};
@@ -243,14 +244,12 @@ impl Model {
     pub fn forward_greedy(&self, tokens: &[u32], cache: &mut KvCache, comm: &dyn Comm) -> anyhow::Result<u32> {
         self.forward_batch(tokens, cache, comm, false)?;
         let h = self.cfg.hidden_size;
-        let crate::model::cpu::Scratch { x, head: s, .. } = &mut cache.scratch;
-        self.final_norm_into(&x[x.len() - h..], &mut s.xn);
-        s.mine.resize(self.plan.vocab.len(), 0.0);
-        self.head_slice(&s.xn, &mut s.q, &mut s.mine)?;
-        let mine = crate::sample::Best::of(&s.mine, self.plan.vocab.start);
-        let all = comm.all_gather_u64(&[crate::sample::Best::to_word(mine)]).context("choosing the next token")?;
+        let cpu::Scratch { x, head: s, .. } = &mut cache.scratch;
+        self.my_logits(&x[x.len() - h..], comm, s)?;
+        let mine = Best::of(&s.mine, self.plan.vocab.start);
+        let all = comm.all_gather_u64(&[Best::to_word(mine)]).context("choosing the next token")?;
         ensure!(all.len() == self.plan.size, "{} candidates from {} ranks", all.len(), self.plan.size);
-        Ok(crate::sample::argmax_of(all.into_iter().map(crate::sample::Best::from_word)))
+        Ok(argmax_of(all.into_iter().map(Best::from_word)))
     }
 
     /// Records the residual fingerprint and, when asked, computes the last token's logits.
@@ -273,13 +272,6 @@ impl Model {
             return Ok(None);
         }
         self.logits_with(&x[(t - 1) * h..], comm, &mut cache.scratch.head)
-    }
-
-    /// `xn = rmsnorm(hidden)` with the final norm: the output head's input.
-    fn final_norm_into(&self, hidden: &[f32], xn: &mut Vec<f32>) {
-        xn.clear();
-        xn.extend_from_slice(hidden);
-        rmsnorm_inplace(xn, &self.final_norm, self.cfg.rms_eps);
     }
 
     /// The output head: the separate `lm_head`, or the embedding when tied.
@@ -313,13 +305,9 @@ impl Model {
         self.logits_with(hidden, comm, &mut cpu::HeadScratch::default())
     }
 
-    /// [`Model::logits`] with reusable buffers (decode calls it once per token).
-    fn logits_with(
-        &self,
-        hidden: &[f32],
-        comm: &dyn Comm,
-        s: &mut cpu::HeadScratch,
-    ) -> anyhow::Result<Option<Vec<f32>>> {
+    /// This rank's logits, rows `plan.vocab` of the head times the normalised `hidden`, into
+    /// `s.mine`: what [`Model::logits`] gathers and [`Model::forward_greedy`] picks from.
+    fn my_logits(&self, hidden: &[f32], comm: &dyn Comm, s: &mut cpu::HeadScratch) -> anyhow::Result<()> {
         let cfg = &self.cfg;
         ensure!(hidden.len() == cfg.hidden_size, "hidden state has {} values, not {}", hidden.len(), cfg.hidden_size);
         ensure!(
@@ -330,15 +318,26 @@ impl Model {
             self.plan.rank,
             self.plan.size
         );
-        self.final_norm_into(hidden, &mut s.xn);
-        if self.plan.size == 1 {
-            // One rank computes the whole head: into the returned vector, no gather.
-            let mut all = vec![0f32; cfg.vocab_size];
-            self.head_slice(&s.xn, &mut s.q, &mut all)?;
-            return Ok(Some(all));
-        }
+        s.xn.clear();
+        s.xn.extend_from_slice(hidden);
+        rmsnorm_inplace(&mut s.xn, &self.final_norm, cfg.rms_eps);
         s.mine.resize(self.plan.vocab.len(), 0.0);
-        self.head_slice(&s.xn, &mut s.q, &mut s.mine)?;
+        self.head_slice(&s.xn, &mut s.q, &mut s.mine)
+    }
+
+    /// [`Model::logits`] with reusable buffers (decode calls it once per token).
+    fn logits_with(
+        &self,
+        hidden: &[f32],
+        comm: &dyn Comm,
+        s: &mut cpu::HeadScratch,
+    ) -> anyhow::Result<Option<Vec<f32>>> {
+        let cfg = &self.cfg;
+        self.my_logits(hidden, comm, s)?;
+        if self.plan.size == 1 {
+            // One rank computed the whole head: returned as it is, no gather.
+            return Ok(Some(std::mem::take(&mut s.mine)));
+        }
         let counts: Vec<usize> =
             (0..self.plan.size).map(|r| crate::shard::split_range(cfg.vocab_size, self.plan.size, r).len()).collect();
         let root = self.plan.rank == 0;
