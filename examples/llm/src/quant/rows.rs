@@ -249,10 +249,9 @@ impl QuantRows {
     /// decode-then-dot (the scale is applied per block), well within the f32 tolerance the
     /// tests use. The GPU backend's arithmetic; the CPU default is [`super::dot`]'s.
     pub fn dot_row(&self, r: usize, x: &[f32], xsum: &[f32]) -> f32 {
-        let nb = self.blocks_per_row();
         let qb = qs_per_block(self.ty);
         let qs_row = self.qs_rows(r..r + 1);
-        let sc = self.d_rows(r..r + 1);
+        let (sc, mins) = (self.d_rows(r..r + 1), self.m_rows(r..r + 1));
         let mut acc = 0f32;
         // Integer quants are widened into a small f32 block first: two simple loops the
         // compiler vectorises, instead of one mixed integer/float loop it does not.
@@ -277,7 +276,7 @@ impl QuantRows {
             acc += match self.ty {
                 GgmlType::Q8_0 => d * sn,
                 GgmlType::Q4_0 => d * (sn - 8.0 * xsum[j]),
-                _ => d * sn + h2f(self.planes.get().2[r * nb + j]) * xsum[j],
+                _ => d * sn + h2f(mins[j]) * xsum[j],
             };
         }
         acc
