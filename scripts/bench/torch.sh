@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # torch.distributed all_reduce, backend "boltccl" against "gloo" (the same script, the backend
 # swapped), 2 and 4 ranks under torchrun, float32 at 4 B, 1 KiB, 1 MiB, 16 MiB, 64 MiB; and
-# `boltccl bench` at 4 B and 64 MiB in the same run, for what the torch layer costs. Rounds
+# `boltccl bench` at 4 B and 64 MiB in the same run, for what the torch layer costs, with
+# torch's own per-call cost (its no-op C++ process group) beneath it. Rounds
 # alternate the backends (ROUNDS, default 2); the table shows medians over rounds. The bench
 # gets the torch script's time budget per size (BENCH_BUDGET_S, 1.5 s), so both warm alike,
 # and buffers paged as torch's tensors are: ordinary pages, or with TORCH_THP=1 huge pages for
@@ -35,3 +36,5 @@ for round in $(seq "${ROUNDS:-2}"); do
 done
 echo "load after: $(cat /proc/loadavg)"
 "$py" scripts/bench/torch-table.py "$out"
+# shellcheck disable=SC2086
+"$py" scripts/bench/torch_floor.py 1 ${BENCH_NS:-2 4}
