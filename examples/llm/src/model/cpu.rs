@@ -6,7 +6,7 @@ use anyhow::Context;
 use super::{KvCache, Layer, Model};
 use crate::comm::Comm;
 use crate::ops::{
-    dot, par, products, products_exact, rmsnorm, rmsnorm_inplace, rope_table, rope_with, silu, softmax, Mat,
+    attend_head, par, products, products_exact, rmsnorm, rmsnorm_inplace, rope_table, rope_with, silu, KvHead, Mat,
 };
 use crate::quant::dot::GRID_BITS;
 use crate::quant::Q8Act;
@@ -182,16 +182,8 @@ impl Model {
             let (tok, qh) = (i / n_q, i % n_q);
             let kvh = (qh + skew) / group; // local KV head serving local query head qh
             let sc = &mut sc[..pos0 + tok + 1]; // causal: up to and including this token
-            let qv = &q[i * hd..(i + 1) * hd];
-            for (p, o) in sc.iter_mut().enumerate() {
-                *o = dot(qv, &kc[(p * n_kv + kvh) * hd..][..hd]) * scale;
-            }
-            softmax(sc);
-            out.fill(0.0);
-            for (p, &w) in sc.iter().enumerate() {
-                let vv = &vc[(p * n_kv + kvh) * hd..][..hd];
-                out.iter_mut().zip(vv).for_each(|(o, &vi)| *o += w * vi);
-            }
+            let kv = KvHead { k: kc, v: vc, stride: n_kv * hd, at: kvh * hd };
+            attend_head(&q[i * hd..(i + 1) * hd], kv, scale, sc, out);
         });
         let qatt = quantized_for(&[&l.wo], att, &mut s.qatt);
         if l.o_exact {
