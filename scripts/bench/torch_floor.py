@@ -1,7 +1,9 @@
-"""What torch.distributed itself costs per call: `dist.all_reduce` of one float through torch's
-own no-op C++ process group ("fake", from torch.testing), in N processes at once (N ranks on
-this host's cores, as the torch bench runs them). No backend can be cheaper than this, so it is
-the floor under the torch layer's 4-byte cost in scripts/bench/torch.sh.
+"""What torch.distributed costs per call with a backend that does no work: `dist.all_reduce` of
+one float through torch's own no-op C++ process group ("fake", from torch.testing), in N
+processes at once (N ranks on this host's cores, as the torch bench runs them). It is
+`dist.all_reduce`'s own Python, which every backend pays, plus the cheapest C++ backend torch
+has: the part of the torch layer's 4-byte cost in scripts/bench/torch.sh that a backend
+written in C++ would still pay.
 
   python torch_floor.py 1 2 4        prints the slowest process's median per world size
   python torch_floor.py --rank R N   one process (what the first form starts)
@@ -32,6 +34,8 @@ def one(rank: int, n: int) -> float:
     return statistics.median(res)
 
 
+if len(sys.argv) < 2:
+    sys.exit("usage: torch_floor.py N [N ...]   (world sizes, e.g. 1 2 4)")
 if sys.argv[1] == "--rank":
     print(one(int(sys.argv[2]), int(sys.argv[3])))
 else:
