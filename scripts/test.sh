@@ -14,6 +14,9 @@ bash scripts/deps.sh libibverbs-dev iproute2 nftables pkg-config mesa-vulkan-dri
   qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
 step "format and lints"
+# Markdown: every relative link (README.md, docs/, ...) names a file that exists and a heading
+# that is there (under a second).
+python3 scripts/check-links.py
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p boltccl-llm --features gpu --all-targets -- -D warnings

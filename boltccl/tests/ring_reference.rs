@@ -1,5 +1,5 @@
 //! The ring all-reduce's floating-point results against a reference this test computes itself,
-//! in the fold order the ring documents (README, "Algorithms"; `algo/ring.rs`):
+//! in the fold order the ring documents (`docs/algorithms.md`, "The ring's fold order"; `algo/ring.rs`):
 //!
 //! - the buffer is cut into segments of `2·P·B` elements, `B = min(64, max(1, 16 MiB /
 //!   (2·chunk))) · chunk / element size`;

@@ -4,7 +4,7 @@
 //! thread-local error message. The header `include/boltccl.h` is generated from this crate
 //! by cbindgen (`scripts/check-header.sh` checks it is up to date).
 //!
-//! Conventions (also in the header and the README's "C and Python" section):
+//! Conventions (also in the header and in `docs/c-api.md`):
 //! - Every fallible function returns a `boltccl_result`; `BOLTCCL_RESULT_OK` is 0.
 //! - Out-parameters (`boltccl_group **out`) are written only on success.
 //! - A NULL or invalid argument returns an error code; nothing panics across the boundary.

@@ -1,6 +1,6 @@
 //! The launchers boltccl starts under without configuration: which one started this process
 //! (from its own markers), and the rank, size, ranks per host and coordinator its variables
-//! give. Each launcher is declared once, in [`LAUNCHERS`]; the README's "Launchers" table is
+//! give. Each launcher is declared once, in [`LAUNCHERS`]; the table in `docs/launchers.md` is
 //! checked against it by a test.
 //!
 //! Explicit `BOLTCCL_*` variables always win. A launcher is *detected* only when all its
@@ -37,9 +37,9 @@ pub struct Launcher {
     pub name: &'static str,
     /// Variables that must all be set for this launcher to be the one that started us.
     pub markers: &'static [&'static str],
-    /// What boltccl reads from it (the README's table).
+    /// What boltccl reads from it (the table in `docs/launchers.md`).
     pub reads: &'static str,
-    /// What the user must add (the README's table).
+    /// What the user must add (the table in `docs/launchers.md`).
     pub user_adds: &'static str,
     /// Its names are generic (`RANK`): read only when it is detected, never as a fallback.
     generic: bool,
@@ -337,12 +337,12 @@ mod tests {
     }
 
     #[test]
-    fn every_launcher_is_in_the_readme() {
-        let readme = include_str!("../../../README.md");
+    fn every_launcher_is_in_docs_launchers() {
+        let page = include_str!("../../../docs/launchers.md");
         for l in LAUNCHERS {
             let markers = l.markers.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
             let row = format!("| {} | {markers} | {} | {} |", l.name, l.reads, l.user_adds);
-            assert!(readme.contains(&row), "README's Launchers table lacks or differs on this row:\n{row}");
+            assert!(page.contains(&row), "docs/launchers.md's table lacks or differs on this row:\n{row}");
         }
     }
 

@@ -1,8 +1,8 @@
 //! Configuration: one typed [`Config`], read from the environment by [`Config::from_env`].
 //!
 //! Every variable is declared once, in [`VARS`], with its default, its fallbacks and its
-//! parser; the README table is checked against that list by a test, so docs and code cannot
-//! drift.
+//! parser; the table in `docs/environment.md` is checked against that list by a test, so docs
+//! and code cannot drift.
 
 mod hostfile;
 mod hostlist;
@@ -396,12 +396,12 @@ mod tests {
     }
 
     #[test]
-    fn every_variable_is_documented_in_the_readme() {
-        let readme = include_str!("../../../README.md");
+    fn every_variable_is_in_docs_environment() {
+        let page = include_str!("../../../docs/environment.md");
         for v in VARS {
             let default = if v.default.is_empty() { "—" } else { v.default };
             let row = format!("| `{}` | {} | {} |", v.name, default, v.doc());
-            assert!(readme.contains(&row), "README's environment table lacks or differs on this row:\n{row}");
+            assert!(page.contains(&row), "docs/environment.md's table lacks or differs on this row:\n{row}");
         }
     }
 

@@ -1,7 +1,8 @@
 //! Every environment variable boltccl reads, declared once: its name, default, meaning, the
 //! other launchers' variables it falls back to, and how its text sets the [`Config`]. The
-//! defaults of [`Config::default`] are these texts parsed, and the README's table is checked
-//! against [`VARS`] by a test, so code, defaults and docs cannot drift.
+//! defaults of [`Config::default`] are these texts parsed, and the table in
+//! `docs/environment.md` is checked against [`VARS`] by a test, so code, defaults and docs
+//! cannot drift.
 
 use super::{parse_algo, Backend, Config};
 use std::time::Duration;
