@@ -25,7 +25,7 @@ rm -rf "$venv" "$wheels"
 timeout 600 "$venv/bin/pip" install -q --disable-pip-version-check -r python/requirements-test.txt
 
 step "wheel (maturin, release)"
-(cd python && timeout 1800 "$venv/bin/maturin" build --release -q -i "$venv/bin/python" --out "$wheels")
+bash scripts/build-wheel.sh "$venv/bin/python" "$wheels"
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$wheels"/boltccl-*.whl
 
 step "C library, pkg-config, example at 2 and 4 ranks"

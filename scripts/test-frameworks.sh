@@ -39,7 +39,7 @@ fi
 
 step "wheel (maturin, release)"
 rm -rf "$wheels"
-(cd python && timeout 1800 "$venv/bin/maturin" build --release -q -i "$venv/bin/python" --out "$wheels")
+bash scripts/build-wheel.sh "$venv/bin/python" "$wheels"
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall "$wheels"/boltccl-*.whl
 
 step "torch 1.x: a venv over the system Python and Debian's torch, with the same wheel"

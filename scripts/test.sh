@@ -6,11 +6,12 @@ start=$(date +%s)
 # Each step says when it starts (seconds since the start), so the slow ones show.
 step() { echo "== [$(( $(date +%s) - start )) s] $*"; }
 
-# System packages: rdma-core's verbs.h for the ABI layout test, iproute2 (ip, tc) and nftables
+# System packages: rdma-core's verbs.h for the ABI layout test, Open MPI's mpi.h for
+# libboltccl_mpi's ABI test, iproute2 (ip, tc) and nftables
 # for the namespace, partition and slow-link tests.
 # mesa-vulkan-drivers: lavapipe, a CPU Vulkan driver, for the inference example's GPU tests.
 # qemu-user and an aarch64 cross linker: the example's NEON kernels run in user-mode emulation.
-bash scripts/deps.sh libibverbs-dev iproute2 nftables pkg-config mesa-vulkan-drivers \
+bash scripts/deps.sh libibverbs-dev libopenmpi-dev iproute2 nftables pkg-config mesa-vulkan-drivers \
   qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 
 step "format and lints"

@@ -30,6 +30,10 @@ pub struct LaunchArgs {
     #[arg(long, default_value_t = 0)]
     pub timeout_s: u64,
     /// Command and arguments to run on every rank.
+    ///
+    /// MLX programs: unless MLX_MPI_LIBNAME is set, every rank gets MLX_MPI_LIBNAME pointing at
+    /// libboltccl_mpi when it is found beside this program (or in ../lib), so that
+    /// `mx.distributed.init()` runs over boltccl.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
 }
@@ -47,12 +51,22 @@ pub fn run(a: LaunchArgs) -> i32 {
         (None, Some(n)) => Placement::Local(n),
         (None, None) => Placement::Local(0),
     };
-    boltccl_launch::run(&Job {
+    let job = Job {
         placement,
         port: a.port,
         env: a.env,
         pin: !a.no_bind,
         timeout: (a.timeout_s > 0).then(|| Duration::from_secs(a.timeout_s)),
         command: a.command,
-    })
+    };
+    boltccl_launch::run(&job.with_mlx_mpi_library(mpi_library()))
+}
+
+/// libboltccl_mpi beside this program (a cargo build's target dir) or in `../lib` (an
+/// installed prefix: scripts/install-c.sh).
+fn mpi_library() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    let name = boltccl_launch::mpi_library_name();
+    [dir.join(&name), dir.join("../lib").join(&name)].into_iter().find(|p| p.is_file())
 }

@@ -68,6 +68,27 @@ impl Job {
     }
 }
 
+/// The variable that points MLX's `mpi` backend at its MPI library.
+pub const MLX_MPI_LIBNAME: &str = "MLX_MPI_LIBNAME";
+
+/// The file name of libboltccl_mpi on this platform (`libboltccl_mpi.so`, `.dylib`).
+pub fn mpi_library_name() -> String {
+    format!("{}boltccl_mpi{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX)
+}
+
+impl Job {
+    /// Point MLX's `mpi` backend in every rank at `library` (libboltccl_mpi), so that
+    /// `mx.distributed` runs over boltccl, unless `MLX_MPI_LIBNAME` is already set, in the
+    /// launcher's environment or by the job's own `env`, or no library was found.
+    pub fn with_mlx_mpi_library(mut self, library: Option<std::path::PathBuf>) -> Job {
+        let given = std::env::var_os(MLX_MPI_LIBNAME).is_some() || self.env.iter().any(|(k, _)| k == MLX_MPI_LIBNAME);
+        if let Some(lib) = library.filter(|l| !given && l.is_file()) {
+            self.env.push((MLX_MPI_LIBNAME.into(), lib.display().to_string()));
+        }
+        self
+    }
+}
+
 /// Parse `KEY=VALUE` (the `--env` option of both front ends).
 pub fn parse_env(kv: &str) -> Result<(String, String), String> {
     let (k, v) = kv.split_once('=').ok_or_else(|| format!("--env {kv}: expected KEY=VALUE"))?;

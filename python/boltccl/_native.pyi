@@ -90,6 +90,7 @@ def launch(
     pin: bool = True,
     timeout: Optional[float] = None,
     capture: bool = False,
+    mpi_library: Optional[str] = None,
 ) -> Tuple[int, List[str]]:
     """Run a job with the launcher of `boltccl launch` (see `boltccl.launch`): `n` local ranks,
     or one per hostfile entry over ssh. Returns the exit status and, with `capture`, each

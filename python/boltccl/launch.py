@@ -7,6 +7,10 @@ output lines are prefixed with the rank; local ranks are pinned to cores when th
 them; ``--hostfile`` starts one rank per host over ssh. A command ending in ``.py`` runs under
 this Python; anything else is run as given (``-- ./prog``).
 
+MLX programs run over boltccl unchanged: unless ``MLX_MPI_LIBNAME`` is set, every rank gets it
+pointing at the ``libboltccl_mpi`` this package ships, so ``mx.distributed.init()`` (MLX's
+``mpi`` backend) runs over boltccl.
+
 If a rank fails, the others are stopped and the job exits with the first failing rank's
 status; ``--timeout`` stops a job that runs too long (exit status 124).
 """
@@ -18,6 +22,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ._native import launch as _launch
+from ._paths import mpi_library as _mpi_library
 
 __all__ = ["run", "main"]
 
@@ -49,13 +54,20 @@ def run(
     if n < 1:
         raise ValueError(f"-n must be at least 1, got {n}")
     extra = sorted((env or {}).items())
-    return _launch(_command(cmd), n=n, env=extra, timeout=timeout, capture=capture)
+    return _launch(_command(cmd), n=n, env=extra, timeout=timeout, capture=capture, mpi_library=_mpi_str())
+
+
+def _mpi_str() -> Optional[str]:
+    lib = _mpi_library()
+    return None if lib is None else str(lib)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m boltccl.launch",
         description="Run the ranks of a Python script or program (the launcher of `boltccl launch`).",
+        epilog="MLX programs: unless MLX_MPI_LIBNAME is set, every rank gets it pointing at the "
+        "libboltccl_mpi this package ships, so mx.distributed.init() runs over boltccl.",
     )
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("-n", "--nranks", type=int, help="number of local ranks")
@@ -72,7 +84,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             ap.error(f"--env {kv}: expected KEY=VALUE")
         env.append(tuple(kv.split("=", 1)))
     status, _ = _launch(
-        _command(a.cmd), n=a.nranks, hostfile=a.hostfile, port=a.port, env=env, pin=not a.no_bind, timeout=a.timeout
+        _command(a.cmd),
+        n=a.nranks,
+        hostfile=a.hostfile,
+        port=a.port,
+        env=env,
+        pin=not a.no_bind,
+        timeout=a.timeout,
+        mpi_library=_mpi_str(),
     )
     return status
 

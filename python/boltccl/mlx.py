@@ -1,27 +1,51 @@
-"""boltccl for MLX code: collectives that take and return ``mlx.core`` arrays.
+"""boltccl for MLX code.
+
+**Unchanged MLX programs** (``mx.distributed``, mlx-lm's sharded models,
+``nn.average_gradients``) run over boltccl through MLX's own ``mpi`` backend: MLX loads the MPI
+library named by ``MLX_MPI_LIBNAME``, and :func:`mpi_library` is one that serves MLX's calls
+with boltccl (the subset of Open MPI's ABI that MLX uses). ``python -m boltccl.launch`` and
+``boltccl launch`` set the variable for every rank; under ``mpirun`` or ``mlx.launch --backend
+mpi`` pass it on (``-x MLX_MPI_LIBNAME=...``).
+
+**boltccl's own API on mx arrays** (this module's functions) is for code that wants what
+``mx.distributed`` lacks (non-blocking calls through ``boltccl.Group``, ``reduce_scatter`` on
+every backend, ``broadcast``):
 
 >>> import mlx.core as mx, boltccl.mlx as bmx
 >>> y = bmx.all_sum(x)                 # a new mx.array; x is unchanged (like mx.distributed)
 
-MLX has no plug-in point for another communication backend (``mx.distributed`` hard-codes
-its own), so boltccl works beside MLX on evaluated arrays: each call evaluates its input, and
-the result is a fresh MLX array that boltccl writes straight into (no staging copy). The
-group is ``boltccl.init()``'s, made on first use, unless ``group=`` is given. Run under
-``mlx.launch``, ``boltccl launch`` or any launcher boltccl knows; MLX's own ring backend may
-run in the same processes (boltccl never binds its ports).
+Each call evaluates its input, and the result is a fresh MLX array that boltccl writes straight
+into (no staging copy). The group is ``boltccl.init()``'s, made on first use, unless ``group=``
+is given. A process should use one of the two ways per job: both form their group from the
+same environment (the same coordinator).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import mlx.core as mx
 
 import boltccl
 
-__all__ = ["group", "all_sum", "all_max", "all_min", "all_gather", "reduce_scatter", "broadcast", "send", "recv"]
+from . import _paths
+
+__all__ = ["mpi_library", "group", "all_sum", "all_max", "all_min", "all_gather", "reduce_scatter", "broadcast", "send", "recv"]
 
 _group: Optional[boltccl.Group] = None
+
+
+def mpi_library() -> str:
+    """The absolute path of libboltccl_mpi, for ``MLX_MPI_LIBNAME``: with it, MLX's ``mpi``
+    backend (``mx.distributed.init()``) runs over boltccl."""
+    lib = _paths.mpi_library()
+    if lib is None:
+        raise FileNotFoundError(
+            f"{_paths.MPI_LIBRARY} is not in this boltccl package ({Path(boltccl.__file__).parent}): "
+            "build the wheel with scripts/build-wheel.sh, which ships it"
+        )
+    return str(lib)
 
 
 def group() -> boltccl.Group:

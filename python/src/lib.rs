@@ -541,8 +541,9 @@ impl PyGroup {
 /// Run a job with the launcher `boltccl launch` uses (see `boltccl.launch`): `n` local ranks,
 /// or one per entry of the JSON `hostfile`, started over ssh. Returns the exit code, and each rank's output
 /// when `capture` is true (else nothing is captured: output is relayed with a `[rank]` prefix).
+/// `mpi_library` (libboltccl_mpi) becomes every rank's `MLX_MPI_LIBNAME` unless that is set.
 #[pyfunction]
-#[pyo3(signature = (command, *, n=None, hostfile=None, port=None, env=Vec::new(), pin=true, timeout=None, capture=false))]
+#[pyo3(signature = (command, *, n=None, hostfile=None, port=None, env=Vec::new(), pin=true, timeout=None, capture=false, mpi_library=None))]
 #[allow(clippy::too_many_arguments)]
 fn launch(
     py: Python<'_>,
@@ -554,6 +555,7 @@ fn launch(
     pin: bool,
     timeout: Option<f64>,
     capture: bool,
+    mpi_library: Option<std::path::PathBuf>,
 ) -> PyResult<(i32, Vec<String>)> {
     use boltccl_launch::{Job, Placement};
     let placement = match (hostfile, n) {
@@ -567,7 +569,7 @@ fn launch(
         }
         t => t.map(Duration::from_secs_f64),
     };
-    let job = Job { placement, port, env, pin, timeout, command };
+    let job = Job { placement, port, env, pin, timeout, command }.with_mlx_mpi_library(mpi_library);
     py.allow_threads(|| {
         if capture {
             boltccl_launch::run_captured(&job).map_err(PyValueError::new_err)
