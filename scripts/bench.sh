@@ -11,17 +11,19 @@
 #   scripts/bench.sh torch      torch.distributed all_reduce, backend boltccl vs gloo, beside
 #                               `boltccl bench` (after scripts/test-frameworks.sh)
 #   scripts/bench.sh overlap    compute (matrix products) while an async 64 MiB all_sum runs
+#   scripts/bench.sh mlx        mx.distributed.all_sum and mlx-lm TP=3 over MLX's ring backend,
+#                               Open MPI and libboltccl_mpi, beside `boltccl bench`
 # Each one's knobs are described at the top of scripts/bench/<name>.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 what="${1:-}"
 case "$what" in
-    peers | bindings | llm | netns | hosts | torch | overlap)
+    peers | bindings | llm | netns | hosts | torch | overlap | mlx)
         shift
         exec bash "$here/bench/$what.sh" "$@"
         ;;
     *)
-        sed -n '2,14p' "$0" >&2
+        sed -n '2,16p' "$0" >&2
         exit 2
         ;;
 esac
