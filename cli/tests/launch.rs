@@ -109,3 +109,35 @@ fn bench_checks_every_op_and_writes_json_and_svg() {
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("all_gather") && svg.contains("busbw"), "not a plot");
 }
+
+#[test]
+fn launch_points_mlx_at_libboltccl_mpi_beside_it_unless_told_otherwise() {
+    // An installed layout: bin/boltccl and lib/libboltccl_mpi.so (scripts/install-c.sh).
+    let prefix = tempfile::tempdir().unwrap();
+    let (bin, lib) = (prefix.path().join("bin"), prefix.path().join("lib"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&lib).unwrap();
+    let exe = bin.join("boltccl");
+    std::fs::copy(env!("CARGO_BIN_EXE_boltccl"), &exe).unwrap();
+    let name = format!("{}boltccl_mpi{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    let show = ["launch", "-n", "2", "--", "sh", "-c", "echo libname=$MLX_MPI_LIBNAME"];
+    let run = |env: Option<&str>, extra: &[&str]| {
+        let mut c = Command::new(&exe);
+        c.args(&show[..3]).args(extra).args(&show[3..]).env_remove("MLX_MPI_LIBNAME");
+        if let Some(v) = env {
+            c.env("MLX_MPI_LIBNAME", v);
+        }
+        let o = c.output().unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        out
+    };
+    // No library: nothing is set.
+    assert_eq!(run(None, &[]).matches("libname=\n").count(), 2);
+    std::fs::write(lib.join(&name), b"").unwrap();
+    let found = format!("libname={}\n", bin.join("../lib").join(&name).display());
+    assert_eq!(run(None, &[]).matches(&found).count(), 2, "{found}");
+    // The caller's choice wins, from the environment or from --env.
+    assert_eq!(run(Some("/mine.so"), &[]).matches("libname=/mine.so\n").count(), 2);
+    assert_eq!(run(None, &["--env", "MLX_MPI_LIBNAME=/env.so"]).matches("libname=/env.so\n").count(), 2);
+}

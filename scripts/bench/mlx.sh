@@ -21,7 +21,7 @@ export PEER_SIZES="${PEER_SIZES:-4,1024,65536,1048576,16777216,67108864}" PEER_B
 mkdir -p "$OUT"
 "$PY" -c 'import mlx.core, boltccl.mlx' || { echo "run scripts/test-frameworks.sh first (its venv and wheel)" >&2; exit 1; }
 [ -n "${LIBMPI:-}" ] || { echo "Open MPI's libmpi.so.40 is missing: apt-get install libopenmpi3" >&2; exit 1; }
-cargo build --release -q --manifest-path "$ROOT/Cargo.toml" -p boltccl-cli
+cargo build --release -q --manifest-path "$ROOT/Cargo.toml" -p boltccl-cli -p boltccl-mpi --example allreduce_latency
 BIN="$ROOT/target/release/boltccl"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 RES="$OUT/allsum-$(date +%Y%m%d-%H%M%S).jsonl"
@@ -37,6 +37,8 @@ for round in $(seq 1 "${MLX_ROUNDS:-1}"); do
     MLX_BENCH_BACKEND=mpi MLX_BENCH_LABEL=mlx-boltccl "$PY" -m boltccl.launch -n "$n" "$B" "$RES"
     "$BIN" bench -n "$n" --ops all-sum --sizes "$PEER_SIZES" --budget-s "$PEER_BUDGET_S" \
       --json "$RES" --round "$round" --label boltccl-bench
+    # The MPI layer alone (no MLX): MPI_Allreduce of 4 bytes from Rust, beside the bench's 4 B.
+    "$BIN" launch -n "$n" -- "$ROOT/target/release/examples/allreduce_latency" | tee -a "$OUT/mpi-layer.txt"
   done
 done
 "$PY" "$ROOT/scripts/bench/mlx-table.py" "$RES" | tee "$OUT/allsum.md"
