@@ -36,7 +36,12 @@ def test_mlx_lm_tensor_parallel_generation_over_boltccl_gives_tp1_text(mlx_model
         assert r["text"] == one[0]["text"], (r, one)
 
 
-def test_mlx_average_gradients_keeps_every_rank_identical():
-    res = results(run([PY, "-m", "boltccl.launch", "-n", "2", str(WORKERS / "mlx_train.py")]))
+def test_mlx_average_gradients_keeps_every_rank_identical_and_matches_one_process():
+    worker = str(WORKERS / "mlx_train.py")
+    res = results(run([PY, "-m", "boltccl.launch", "-n", "2", worker]))
     assert [r["size"] for r in res] == [2, 2], res
     assert res[0]["digest"] == res[1]["digest"], res
+    # One process on both ranks' batches: the same training up to float rounding.
+    ref = results(run([PY, worker, "--emulate", "2"]))[0]
+    worst = max(abs(a - b) for a, b in zip(res[0]["params"], ref["params"]))
+    assert worst < 1e-4, (worst, res[0]["params"][:4], ref["params"][:4])
