@@ -23,7 +23,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p boltccl-llm --features gpu --all-targets -- -D warnings
 # Doc comments: every intra-doc link resolves (one package at a time: the C library's crate is
 # also named boltccl).
-for p in boltccl boltccl-launch boltccl-cli boltccl-llm boltccl-python boltccl-ffi verbs-abi softverbs; do
+for p in boltccl boltccl-launch boltccl-cli boltccl-llm boltccl-python boltccl-ffi boltccl-mpi verbs-abi softverbs; do
     RUSTDOCFLAGS="-D warnings" cargo doc -q --no-deps -p "$p"
 done
 
