@@ -95,6 +95,14 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _apart(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`src`, or a copy of it where it shares memory with `out`: an in-place all_gather or
+    reduce_scatter (FSDP2's input is a slice of its output) hands boltccl disjoint buffers."""
+    a0, b0 = src.data_ptr(), out.data_ptr()
+    a1, b1 = a0 + src.numel() * src.element_size(), b0 + out.numel() * out.element_size()
+    return src.clone() if a0 < b1 and b0 < a1 else src
+
+
 def _arr(f: torch.Tensor) -> tuple:
     """(array sharing f's memory, element type for boltccl): numpy's view where torch has one
     (the cheapest way in, about 1 us), else the tensor itself (DLPack)."""
@@ -332,6 +340,23 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
 
+    # torch keeps a group's name and description in the C++ backends a ProcessGroup registers;
+    # a group written in Python registers none, so torch's own accessors fail ("ProcessGroup
+    # name not set") and DeviceMesh (FSDP2, DTensor) cannot start. The group keeps them here.
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
+
+    @property
+    def group_name(self) -> str:
+        return getattr(self, "_group_name", "")
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return getattr(self, "_group_desc", "")
+
     def size(self) -> int:
         return self._size
 
@@ -422,7 +447,8 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         _check(input, "input")
         _check(output, "output")
-        out, src = _flat(output), _flat(input).reshape(-1)
+        out = _flat(output)
+        src = _apart(_flat(input).reshape(-1), out)
         call = lambda a: self._g.all_gather(src, out=out.reshape(-1), async_op=a)  # noqa: E731
         nbytes = out.numel() * out.element_size()
         return self._start([call], nbytes, [output], self._finisher([(output, out)], False))
@@ -454,7 +480,8 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         _check(input, "input")
         _check(output, "output")
         name, divide = _reduce_op(reduce_op, output.dtype)
-        f, src = _flat(output), _flat(input).reshape(-1)
+        f = _flat(output)
+        src = _apart(_flat(input).reshape(-1), f)
         call = lambda a: self._g.reduce_scatter(src, out=f.reshape(-1), op=name, async_op=a)  # noqa: E731
         nbytes = src.numel() * src.element_size()
         return self._start([call], nbytes, [output], self._finisher([(output, f)], divide))
