@@ -1,14 +1,15 @@
 //! [`Group`]: the public face of boltccl — the user's calls, and the bookkeeping of each
 //! (sequence numbers, poisoning, serialisation). Which transport and which algorithm serve a
-//! call is decided elsewhere ([`crate::transport::connect`], [`crate::algo::select`]); calls
+//! call is decided elsewhere ([`crate::connect::connect`], [`crate::algo::select`]); calls
 //! started without waiting are queued and run by the group's progress thread
 //! ([`crate::request`]).
 
-use crate::algo::select::{chunk_bytes, select, Cabling};
+use crate::algo::select::select;
 use crate::algo::{direct, doubling, hosts, mesh, p2p, ring, ring_ops, Link, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
 use crate::request::{Queue, RawRequest, Scope};
+use crate::topology::{chunk_bytes, Cabling, Shape};
 use crate::transport::{InterruptCheck, Limits, LinkKind, Transport};
 use crate::types::{Collective, DType, Element, ReduceOp};
 use crate::wire::Header;
@@ -152,7 +153,7 @@ impl Group {
     /// Form a group as `cfg` describes: connects to the coordinator and peers.
     pub fn new(cfg: Config) -> Result<Group> {
         cfg.validate()?;
-        let t = crate::transport::connect(&cfg)?;
+        let t = crate::connect::connect(&cfg)?;
         Ok(Group::from_transport(t, cfg))
     }
 
@@ -160,7 +161,7 @@ impl Group {
         let (rank, size) = (t.rank(), t.size());
         let cabling = t.cabling();
         let kinds = (0..size).map(|p| t.link_kind(p)).collect();
-        if cabling.shape() == crate::algo::select::Shape::Ring {
+        if cabling.shape() == Shape::Ring {
             tracing::info!("the RDMA links form a ring, not a full mesh: large collectives use the ring algorithms");
         }
         let shared = Arc::new(Shared {

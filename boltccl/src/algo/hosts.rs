@@ -18,10 +18,10 @@
 
 use super::direct::{self, all_gather_ranges, reduce_to_owner};
 use super::plan::{bytes, partition};
-use super::select::{chunk_bytes, Levels};
 use super::{mesh, Link, Scratch};
 use crate::config::Config;
 use crate::error::Result;
+use crate::topology::{chunk_bytes, Levels};
 use crate::types::{DType, ReduceOp};
 use crate::wire::Phase;
 

@@ -10,9 +10,10 @@
 
 use super::ring::{can_pull, Inbox, PeerInbox, Pulls, RingPair};
 use super::ShmChannel;
-use crate::bootstrap::{auth, PeerInfo};
+use crate::auth;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::host::{local_peers, PeerInfo};
 use crate::transport::mesh::Mesh;
 use crate::transport::Transport;
 use rustix::fd::{AsFd, OwnedFd};
@@ -55,15 +56,6 @@ fn socket_name() -> String {
     let mut b = [0u8; 16];
     getrandom::getrandom(&mut b).expect("the OS random source works");
     format!("boltccl-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
-}
-
-/// The ranks that share memory with `rank`: the same host identity, and both offer it.
-pub(crate) fn local_peers(peers: &[PeerInfo], rank: usize) -> Vec<usize> {
-    let me = &peers[rank];
-    if me.shm.is_none() || me.host_id.is_empty() {
-        return Vec::new();
-    }
-    (0..peers.len()).filter(|&q| q != rank && peers[q].shm.is_some() && peers[q].host_id == me.host_id).collect()
 }
 
 /// A rank's position among the local ranks `group` (sorted) other than `owner`: its ring in
