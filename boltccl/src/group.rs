@@ -4,7 +4,7 @@
 //! started without waiting are queued and run by the group's progress thread
 //! ([`crate::request`]).
 
-use crate::algo::select::select;
+use crate::algo::select::{self, select, AllReducePlan, BroadcastPlan, GatherPlan};
 use crate::algo::{direct, doubling, hosts, mesh, p2p, ring, ring_ops, Link, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
@@ -636,7 +636,7 @@ impl Op<'_> {
     pub(crate) fn run(self, g: &Core, turn: Turn) -> Result<()> {
         match self {
             Op::AllReduce { op, dtype, input, output } => {
-                let algo = g.algorithm(Collective::AllReduce, output.len());
+                let plan = select::all_reduce(output.len(), &g.cabling, g.me, &g.shared.cfg);
                 let call = Call::new(Collective::AllReduce, dtype, op, output.len());
                 g.run(call, turn, |link, scratch| {
                     if link.size() == 1 {
@@ -645,49 +645,37 @@ impl Op<'_> {
                         }
                         return Ok(());
                     }
-                    match algo {
-                        Algo::Mesh => mesh::all_reduce(link, scratch, op, dtype, input, output),
-                        Algo::Doubling => doubling::all_reduce(link, scratch, op, dtype, input, output),
-                        Algo::Ring => ring::all_reduce(link, scratch, op, dtype, input, output),
-                        Algo::Direct | Algo::Auto => direct::all_reduce(link, scratch, op, dtype, input, output),
-                        Algo::Hosts => {
-                            let levels = g.cabling.levels(g.me).expect("chosen only where there are two levels");
-                            let large = output.len() > g.shared.cfg.mesh_max_bytes;
-                            hosts::all_reduce(link, scratch, &levels, &g.shared.cfg, large, op, dtype, input, output)
-                        }
+                    match &plan {
+                        AllReducePlan::Mesh => mesh::all_reduce(link, scratch, op, dtype, input, output),
+                        AllReducePlan::Doubling => doubling::all_reduce(link, scratch, op, dtype, input, output),
+                        AllReducePlan::Ring => ring::all_reduce(link, scratch, op, dtype, input, output),
+                        AllReducePlan::Direct => direct::all_reduce(link, scratch, op, dtype, input, output),
+                        AllReducePlan::Hosts(plan) => hosts::all_reduce(link, scratch, plan, op, dtype, input, output),
                     }
                 })
             }
             Op::AllGather { dtype, input, output } => {
-                let ring = g.algorithm(Collective::AllGather, output.len()) == Algo::Ring;
-                g.run(Call::new(Collective::AllGather, dtype, ReduceOp::Sum, input.len()), turn, |link, _| {
-                    if ring {
-                        ring_ops::all_gather(link, input, output, dtype.size())
-                    } else {
-                        direct::all_gather(link, input, output)
-                    }
+                let plan = select::gather(output.len(), &g.cabling, &g.shared.cfg);
+                g.run(Call::new(Collective::AllGather, dtype, ReduceOp::Sum, input.len()), turn, |link, _| match plan {
+                    GatherPlan::Ring => ring_ops::all_gather(link, input, output, dtype.size()),
+                    GatherPlan::Direct => direct::all_gather(link, input, output),
                 })
             }
             Op::ReduceScatter { op, dtype, input, output } => {
-                let ring = g.algorithm(Collective::ReduceScatter, input.len()) == Algo::Ring;
-                g.run(Call::new(Collective::ReduceScatter, dtype, op, output.len()), turn, |link, scratch| {
-                    if ring {
-                        ring_ops::reduce_scatter(link, scratch, op, dtype, input, output)
-                    } else {
-                        direct::reduce_scatter(link, scratch, op, dtype, input, output)
-                    }
+                let plan = select::gather(input.len(), &g.cabling, &g.shared.cfg);
+                g.run(Call::new(Collective::ReduceScatter, dtype, op, output.len()), turn, |link, scratch| match plan {
+                    GatherPlan::Ring => ring_ops::reduce_scatter(link, scratch, op, dtype, input, output),
+                    GatherPlan::Direct => direct::reduce_scatter(link, scratch, op, dtype, input, output),
                 })
             }
             Op::Broadcast { dtype, buf, root } => {
-                let algo = g.algorithm(Collective::Broadcast, buf.len());
+                let plan = select::broadcast(buf.len(), &g.cabling, &g.shared.cfg);
                 let call = Call { root, ..Call::new(Collective::Broadcast, dtype, ReduceOp::Sum, buf.len()) };
-                g.run(call, turn, |link, _| match algo {
+                g.run(call, turn, |link, _| match plan {
                     _ if link.size() == 1 => Ok(()),
-                    Algo::Ring => ring_ops::broadcast(link, buf, root, dtype.size()),
-                    Algo::Direct => direct::broadcast(link, buf, root, dtype.size()),
-                    Algo::Mesh | Algo::Doubling | Algo::Auto | Algo::Hosts => {
-                        direct::broadcast_from_root(link, buf, root)
-                    }
+                    BroadcastPlan::Ring => ring_ops::broadcast(link, buf, root, dtype.size()),
+                    BroadcastPlan::Direct => direct::broadcast(link, buf, root, dtype.size()),
+                    BroadcastPlan::FromRoot => direct::broadcast_from_root(link, buf, root),
                 })
             }
             Op::Send { dtype, buf, peer } => {

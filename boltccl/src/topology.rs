@@ -98,7 +98,7 @@ impl Cabling {
     /// The hosts, when the group spans two or more with the same number (two or more) of ranks
     /// on each, and every pair across hosts at the same local position is linked alike (TCP
     /// everywhere, or an RDMA cable for each). Checked on every all-reduce: allocates nothing.
-    pub(crate) fn two_level_hosts(&self) -> Option<&[Vec<usize>]> {
+    fn two_level_hosts(&self) -> Option<&[Vec<usize>]> {
         let hosts = self.hosts.as_deref()?;
         let per_host = hosts[0].len();
         if hosts.len() < 2 || per_host < 2 || hosts.iter().any(|h| h.len() != per_host) {

@@ -1,43 +1,165 @@
 //! Which algorithm a call runs: a pure function of the collective, its size, the cabling and
 //! the agreed settings, so every rank picks the same one (and `boltccl doctor` can say which).
+//!
+//! What is asked (`BOLTCCL_ALGO`, an [`Algo`]) and what runs are two types: each collective's
+//! planner returns a plan with exactly the forms that collective has ([`AllReducePlan`],
+//! [`GatherPlan`], [`BroadcastPlan`]), so running one is an exhaustive match. The forced
+//! rules are the planners' matches on [`Config::algo`]: a forced algorithm runs wherever the
+//! collective has that form; where it has not, the automatic choice runs, never onto the ring.
 
 use crate::config::{Algo, Config};
-use crate::topology::{Cabling, Shape};
+use crate::topology::{chunk_bytes, Cabling, Levels, Shape};
 use crate::types::Collective;
 
-/// The algorithm `coll` runs on `bytes` (the whole buffer: for all-gather the output, for
-/// reduce-scatter the input), over `cabling`, with the agreed settings `cfg`.
+/// How an all-reduce runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AllReducePlan {
+    /// Every rank sends its whole buffer to every peer ([`super::mesh`]).
+    Mesh,
+    /// Recursive doubling ([`super::doubling`]).
+    Doubling,
+    /// Reduce-scatter then all-gather ([`super::direct`]).
+    Direct,
+    /// The bidirectional ring ([`super::ring`]).
+    Ring,
+    /// Two levels ([`super::hosts`]).
+    Hosts(HostsPlan),
+}
+
+/// A two-level all-reduce: this rank's levels, and which form it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostsPlan {
+    /// This rank's host and its peers at the same position on the other hosts.
+    pub levels: Levels,
+    /// Above `BOLTCCL_MESH_MAX_BYTES`: the reduce-scatter form (else mesh inside, mesh across).
+    pub large: bool,
+    /// The pipelining unit inside a host (shared memory).
+    pub local_chunk: usize,
+}
+
+/// How an all-gather or a reduce-scatter runs: they have the same two forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GatherPlan {
+    /// All links at once ([`super::direct`]).
+    Direct,
+    /// Around the ring ([`super::ring_ops`]).
+    Ring,
+}
+
+/// How a broadcast runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BroadcastPlan {
+    /// The root sends the whole buffer to every rank (the mesh form).
+    FromRoot,
+    /// The root scatters, then every rank all-gathers ([`super::direct`]).
+    Direct,
+    /// Around the ring ([`super::ring_ops`]).
+    Ring,
+}
+
+/// The all-reduce of `bytes` by group rank `me` over `cabling`, with the agreed settings.
 ///
-/// - all-reduce: `BOLTCCL_ALGO` when forced; else two levels on a group spread over hosts with
-///   several ranks each ([`Cabling::levels`]: shared memory inside hosts, host totals over the
-///   network); up to `BOLTCCL_MESH_MAX_BYTES` (decode-sized messages), recursive doubling on
-///   4, 8, 16, ... ranks without RDMA links (fewer messages where each costs system calls)
-///   and the mesh (one round trip) otherwise; above it the ring on a ring-cabled group, direct
-///   otherwise;
-/// - all-gather and reduce-scatter: the ring when forced, or when large on a ring-cabled group;
-///   direct otherwise (they have no mesh form);
-/// - broadcast: the ring as above; otherwise, above `BOLTCCL_MESH_MAX_BYTES` on more than two
-///   ranks, direct (scatter then all-gather, so the root's link is not the bottleneck); the
-///   root sending to everyone (mesh) otherwise;
-/// - barrier and send/recv: mesh (they have one form).
-pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -> Algo {
-    let ring = cabling.shape() == Shape::Ring;
+/// Forced (`BOLTCCL_ALGO`): mesh, doubling, direct and ring run as forced. Automatic: two
+/// levels on a group spread over hosts with several ranks each ([`Cabling::levels`]: shared
+/// memory inside hosts, host totals over the network); up to `BOLTCCL_MESH_MAX_BYTES`
+/// (decode-sized messages), recursive doubling on 4, 8, 16, ... ranks without RDMA links
+/// (fewer messages where each costs system calls) and the mesh (one round trip) otherwise;
+/// above it the ring on a ring-cabled group, direct otherwise. `hosts` cannot be forced
+/// (`BOLTCCL_ALGO` does not accept it); set in a `Config` it means automatic.
+pub(crate) fn all_reduce(bytes: usize, cabling: &Cabling, me: usize, cfg: &Config) -> AllReducePlan {
     let large = bytes > cfg.mesh_max_bytes;
-    let around_ring = cfg.algo == Algo::Ring || (cfg.algo == Algo::Auto && ring && large);
-    match coll {
-        Collective::AllReduce => match cfg.algo {
-            Algo::Auto if cabling.two_level_hosts().is_some() => Algo::Hosts,
-            Algo::Auto if !large && cabling.doubles() => Algo::Doubling,
-            Algo::Auto if !large => Algo::Mesh,
-            Algo::Auto if ring => Algo::Ring,
-            Algo::Auto => Algo::Direct,
-            forced => forced,
+    match cfg.algo {
+        Algo::Mesh => AllReducePlan::Mesh,
+        Algo::Doubling => AllReducePlan::Doubling,
+        Algo::Direct => AllReducePlan::Direct,
+        Algo::Ring => AllReducePlan::Ring,
+        Algo::Auto | Algo::Hosts => match cabling.levels(me) {
+            Some(levels) => {
+                let local_chunk = chunk_bytes(cfg, levels.local.len(), true);
+                AllReducePlan::Hosts(HostsPlan { levels, large, local_chunk })
+            }
+            None if !large && cabling.doubles() => AllReducePlan::Doubling,
+            None if !large => AllReducePlan::Mesh,
+            None if cabling.shape() == Shape::Ring => AllReducePlan::Ring,
+            None => AllReducePlan::Direct,
         },
-        Collective::AllGather | Collective::ReduceScatter if around_ring => Algo::Ring,
-        Collective::AllGather | Collective::ReduceScatter => Algo::Direct,
-        Collective::Broadcast if around_ring => Algo::Ring,
-        Collective::Broadcast if large && cabling.size() > 2 => Algo::Direct,
-        Collective::Broadcast | Collective::Barrier | Collective::SendRecv => Algo::Mesh,
+    }
+}
+
+/// The all-gather or reduce-scatter of `bytes` (the whole buffer: for all-gather the output,
+/// for reduce-scatter the input): the ring when forced, or automatically when large on a
+/// ring-cabled group; direct otherwise. They have no mesh, doubling or two-level form: forcing
+/// one of those runs direct (never the ring, which only `ring` or the cabling choose).
+pub(crate) fn gather(bytes: usize, cabling: &Cabling, cfg: &Config) -> GatherPlan {
+    match cfg.algo {
+        Algo::Ring => GatherPlan::Ring,
+        Algo::Auto if bytes > cfg.mesh_max_bytes && cabling.shape() == Shape::Ring => GatherPlan::Ring,
+        Algo::Auto | Algo::Mesh | Algo::Doubling | Algo::Direct | Algo::Hosts => GatherPlan::Direct,
+    }
+}
+
+/// The broadcast of `bytes`. Forced: mesh (the root sends to every rank), direct and ring run
+/// as forced, whatever the size. Automatic: the ring when large on a ring-cabled group; else,
+/// above `BOLTCCL_MESH_MAX_BYTES` on more than two ranks, direct (scatter then all-gather, so
+/// the root's link is not the bottleneck); the root sending to everyone otherwise. Broadcast
+/// has no doubling or two-level form: forcing one of those chooses as automatic does, without
+/// the ring.
+pub(crate) fn broadcast(bytes: usize, cabling: &Cabling, cfg: &Config) -> BroadcastPlan {
+    let large = bytes > cfg.mesh_max_bytes;
+    let spread = || if large && cabling.size() > 2 { BroadcastPlan::Direct } else { BroadcastPlan::FromRoot };
+    match cfg.algo {
+        Algo::Mesh => BroadcastPlan::FromRoot,
+        Algo::Direct => BroadcastPlan::Direct,
+        Algo::Ring => BroadcastPlan::Ring,
+        Algo::Auto if large && cabling.shape() == Shape::Ring => BroadcastPlan::Ring,
+        Algo::Auto | Algo::Doubling | Algo::Hosts => spread(),
+    }
+}
+
+impl AllReducePlan {
+    /// The algorithm's name.
+    pub(crate) fn algo(&self) -> Algo {
+        match self {
+            AllReducePlan::Mesh => Algo::Mesh,
+            AllReducePlan::Doubling => Algo::Doubling,
+            AllReducePlan::Direct => Algo::Direct,
+            AllReducePlan::Ring => Algo::Ring,
+            AllReducePlan::Hosts(_) => Algo::Hosts,
+        }
+    }
+}
+
+impl GatherPlan {
+    /// The algorithm's name.
+    pub(crate) fn algo(self) -> Algo {
+        match self {
+            GatherPlan::Direct => Algo::Direct,
+            GatherPlan::Ring => Algo::Ring,
+        }
+    }
+}
+
+impl BroadcastPlan {
+    /// The algorithm's name.
+    pub(crate) fn algo(self) -> Algo {
+        match self {
+            BroadcastPlan::FromRoot => Algo::Mesh,
+            BroadcastPlan::Direct => Algo::Direct,
+            BroadcastPlan::Ring => Algo::Ring,
+        }
+    }
+}
+
+/// The algorithm `coll` runs on `bytes` (the whole buffer: for all-gather the output, for
+/// reduce-scatter the input), over `cabling`, with the agreed settings `cfg`: the name of the
+/// plan [`all_reduce`], [`gather`] or [`broadcast`] make (barrier and send/recv have one form,
+/// named mesh).
+pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -> Algo {
+    match coll {
+        Collective::AllReduce => all_reduce(bytes, cabling, 0, cfg).algo(),
+        Collective::AllGather | Collective::ReduceScatter => gather(bytes, cabling, cfg).algo(),
+        Collective::Broadcast => broadcast(bytes, cabling, cfg).algo(),
+        Collective::Barrier | Collective::SendRecv => Algo::Mesh,
     }
 }
 
@@ -94,7 +216,9 @@ mod tests {
             (Broadcast, small, &mesh, Auto, Mesh),
             (Broadcast, big, &mesh, Auto, Direct),
             (Broadcast, big, &two, Auto, Mesh),
-            (Broadcast, big, &mesh, Mesh, Direct),
+            (Broadcast, big, &mesh, Mesh, Mesh),
+            (Broadcast, small, &mesh, Direct, Direct),
+            (Broadcast, big, &ring, Doubling, Direct),
             (Broadcast, big, &ring, Auto, Ring),
             (Broadcast, small, &mesh, Ring, Ring),
             (Broadcast, small, &mesh, Doubling, Mesh),
@@ -110,5 +234,53 @@ mod tests {
                 cabling.shape()
             );
         }
+    }
+
+    /// The forced rules, for every collective, algorithm, size and cabling: a forced algorithm
+    /// runs wherever the collective has that form; elsewhere the automatic choice runs, and
+    /// never moves onto the ring.
+    #[test]
+    fn forced_algorithms_run_where_the_collective_has_them() {
+        let forms = |coll: Collective| match coll {
+            AllReduce => vec![Mesh, Doubling, Direct, Ring],
+            AllGather | ReduceScatter => vec![Direct, Ring],
+            Broadcast => vec![Mesh, Direct, Ring],
+            Barrier | SendRecv => vec![Mesh],
+        };
+        let cablings = [
+            Cabling::uniform(2),
+            Cabling::uniform(3),
+            Cabling::uniform(4),
+            ring4(),
+            Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]),
+        ];
+        for coll in [AllReduce, AllGather, ReduceScatter, Broadcast, Barrier, SendRecv] {
+            for cabling in &cablings {
+                for bytes in [0, 1000, 1001, 1 << 30] {
+                    let cfg = |algo| Config { algo, mesh_max_bytes: 1000, ..Config::default() };
+                    let auto = select(coll, bytes, cabling, &cfg(Auto));
+                    for algo in [Mesh, Doubling, Direct, Ring, Hosts] {
+                        let got = select(coll, bytes, cabling, &cfg(algo));
+                        let why = format!("{coll:?} of {bytes} B on {cabling:?}, forced {algo:?}");
+                        if forms(coll).contains(&algo) {
+                            assert_eq!(got, algo, "{why}");
+                        } else if coll == AllReduce {
+                            assert_eq!((algo, got), (Hosts, auto), "{why}: hosts cannot be forced");
+                        } else if auto == Ring {
+                            assert_ne!(got, Ring, "{why}");
+                        } else {
+                            assert_eq!(got, auto, "{why}");
+                        }
+                    }
+                }
+            }
+        }
+        // The plan carries what the two-level form needs; a forced hosts without two levels
+        // is the automatic choice.
+        let two_by_two = Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]);
+        let cfg = Config { mesh_max_bytes: 1000, ..Config::default() };
+        let AllReducePlan::Hosts(plan) = all_reduce(1001, &two_by_two, 3, &cfg) else { panic!("two levels") };
+        assert_eq!(plan, HostsPlan { levels: two_by_two.levels(3).unwrap(), large: true, local_chunk: 8 << 20 });
+        assert_eq!(all_reduce(10, &Cabling::uniform(4), 0, &Config { algo: Hosts, ..cfg }), AllReducePlan::Doubling);
     }
 }
