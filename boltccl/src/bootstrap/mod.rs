@@ -91,7 +91,7 @@ fn key_of(cfg: &Config) -> Vec<u8> {
 
 fn set_timeouts(s: &TcpStream, t: Duration) -> Result<()> {
     let t = Some(t.max(Duration::from_millis(1)));
-    s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)).map_err(|e| Error::io(usize::MAX, "socket setup", e))
+    s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)).map_err(|e| Error::local_io("socket setup", e))
 }
 
 fn remaining(deadline: Instant, what: &str) -> Result<Duration> {
@@ -156,7 +156,7 @@ fn accept_vetted<T: Send + 'static>(
     let rejected: Arc<parking_lot::Mutex<(usize, Vec<String>)>> = Arc::default();
     let mut got = Vec::with_capacity(want);
     if let Err(e) = listener.set_nonblocking(true) {
-        return Err((Error::io(usize::MAX, "listen", e), got));
+        return Err((Error::local_io("listen", e), got));
     }
     while got.len() < want {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -39,9 +39,9 @@ impl Offer {
     /// Listen on a fresh abstract unix socket.
     pub(crate) fn bind() -> Result<Offer> {
         let name = socket_name();
-        let addr = SocketAddr::from_abstract_name(name.as_bytes())
-            .map_err(|e| Error::io(usize::MAX, "shared-memory set-up", e))?;
-        let listener = UnixListener::bind_addr(&addr).map_err(|e| Error::io(usize::MAX, "shared-memory set-up", e))?;
+        let addr =
+            SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| Error::local_io("shared-memory set-up", e))?;
+        let listener = UnixListener::bind_addr(&addr).map_err(|e| Error::local_io("shared-memory set-up", e))?;
         Ok(Offer { listener, name })
     }
 
