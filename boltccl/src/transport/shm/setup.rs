@@ -8,7 +8,7 @@
 //! attach), and pass each other their inbox — a memory file and a doorbell — as file
 //! descriptors. The sockets stay open: their end of file says a peer process died.
 
-use super::ring::{can_pull, Inbox, PeerInbox, Pulls, RingPair};
+use super::ring::{can_pull, slot, Inbox, PeerInbox, Pulls, RingPair};
 use super::ShmChannel;
 use crate::auth;
 use crate::config::Config;
@@ -56,12 +56,6 @@ fn socket_name() -> String {
     let mut b = [0u8; 16];
     getrandom::getrandom(&mut b).expect("the OS random source works");
     format!("boltccl-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
-}
-
-/// A rank's position among the local ranks `group` (sorted) other than `owner`: its ring in
-/// `owner`'s inbox.
-fn slot(group: &[usize], owner: usize, rank: usize) -> usize {
-    group.iter().filter(|&&q| q != owner).position(|&q| q == rank).expect("rank is in the local group")
 }
 
 /// Connect `mesh`'s ranks on this host with shared memory, moving those pairs off TCP.
