@@ -269,14 +269,9 @@ impl Group {
     }
 
     /// Run a call given as an [`Op`] (as the bindings hand calls over), blocking like the
-    /// typed calls.
+    /// typed calls: checked, then run on this thread after every started call has finished
+    /// (they were started first), with no thread hand-off when none is queued.
     pub fn call(&self, op: Op<'_>) -> Result<()> {
-        self.exec(op)
-    }
-
-    /// Run a checked call on this thread: after every started call has finished (they were
-    /// started first), with no thread hand-off when none is queued.
-    fn exec(&self, op: Op<'_>) -> Result<()> {
         op.check(&self.core)?;
         self.queue.wait_idle()?;
         op.run(&self.core, Turn::Try)
@@ -376,7 +371,7 @@ impl Group {
 
     /// Wait until every rank has called `barrier`.
     pub fn barrier(&self) -> Result<()> {
-        self.exec(Op::Barrier)
+        self.call(Op::Barrier)
     }
 
     /// Send `buf` to `peer`, which must call [`Group::recv`] with the same type and length.
@@ -709,32 +704,32 @@ impl Bytes<'_> {
     /// Reduce `output` across ranks with `op`; `input = None` means `output` holds the input
     /// (in place).
     pub fn all_reduce(&self, op: ReduceOp, dtype: DType, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
-        self.g.exec(Op::AllReduce { op, dtype, input, output })
+        self.g.call(Op::AllReduce { op, dtype, input, output })
     }
 
     /// `output` gets every rank's `input` in rank order.
     pub fn all_gather(&self, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
-        self.g.exec(Op::AllGather { dtype, input, output })
+        self.g.call(Op::AllGather { dtype, input, output })
     }
 
     /// `input` holds `size()` blocks of `output.len()` bytes; this rank gets block `rank()`
     /// reduced with `op` over all ranks.
     pub fn reduce_scatter(&self, op: ReduceOp, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
-        self.g.exec(Op::ReduceScatter { op, dtype, input, output })
+        self.g.call(Op::ReduceScatter { op, dtype, input, output })
     }
 
     /// Every rank's `buf` gets `root`'s.
     pub fn broadcast(&self, dtype: DType, buf: &mut [u8], root: usize) -> Result<()> {
-        self.g.exec(Op::Broadcast { dtype, buf, root })
+        self.g.call(Op::Broadcast { dtype, buf, root })
     }
 
     /// Send `buf` to `peer`, which must receive with the same type and length.
     pub fn send(&self, dtype: DType, buf: &[u8], peer: usize) -> Result<()> {
-        self.g.exec(Op::Send { dtype, buf, peer })
+        self.g.call(Op::Send { dtype, buf, peer })
     }
 
     /// Receive into `buf` from `peer`, which must send with the same type and length.
     pub fn recv(&self, dtype: DType, buf: &mut [u8], peer: usize) -> Result<()> {
-        self.g.exec(Op::Recv { dtype, buf, peer })
+        self.g.call(Op::Recv { dtype, buf, peer })
     }
 }

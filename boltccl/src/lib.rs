@@ -48,7 +48,7 @@ pub use log::log_to_stderr;
 pub use request::{OnComplete, RawRequest, Request, Scope};
 pub use topology::{Cabling, Shape};
 pub use transport::{InterruptCheck, LinkKind};
-pub use types::{Collective, DType, Element, ReduceOp};
+pub use types::{Collective, DType, Element, ReduceOp, BYTE_CALLS, CALLS, TYPED_CALLS};
 pub use wire::VERSION;
 
 /// The reduction kernels, for the criterion benchmarks only: not part of the API.
