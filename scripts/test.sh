@@ -18,6 +18,8 @@ step "format and lints"
 # Markdown: every relative link (README.md, docs/, ...) names a file that exists and a heading
 # that is there (under a second).
 python3 scripts/check-links.py
+# The library's layering: every module import against docs/architecture.md#layers, no circle.
+python3 scripts/check-layers.py
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p boltccl-llm --features gpu --all-targets -- -D warnings

@@ -70,10 +70,10 @@ pub enum Error {
     },
 
     /// An operating-system level I/O error on a link.
-    #[error("I/O error talking to rank {rank} during {op}: {source}")]
+    #[error("I/O error{} during {op}: {source}", talking_to(*.rank))]
     Io {
-        /// The peer rank.
-        rank: usize,
+        /// The peer rank; `None` when no peer is involved (a local socket or poll failed).
+        rank: Option<usize>,
         /// What was being done.
         op: String,
         /// The OS error.
@@ -255,8 +255,8 @@ impl Error {
             Error::Mismatch { rank, .. }
             | Error::PeerLost { rank, .. }
             | Error::Aborted { rank, .. }
-            | Error::Timeout { rank, .. }
-            | Error::Io { rank, .. } => Some(*rank),
+            | Error::Timeout { rank, .. } => Some(*rank),
+            Error::Io { rank, .. } => *rank,
             Error::Poisoned(inner) => inner.rank(),
             _ => None,
         }
@@ -272,6 +272,32 @@ impl Error {
     }
 
     pub(crate) fn io(rank: usize, op: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { rank, op: op.into(), source: std::sync::Arc::new(source) }
+        Error::Io { rank: Some(rank), op: op.into(), source: std::sync::Arc::new(source) }
+    }
+
+    /// An I/O error of this rank's own, with no peer to blame (a local socket, `poll`).
+    pub(crate) fn local_io(op: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { rank: None, op: op.into(), source: std::sync::Arc::new(source) }
+    }
+}
+
+/// " talking to rank N" for an I/O error with a peer, nothing without one.
+fn talking_to(rank: Option<usize>) -> String {
+    rank.map(|r| format!(" talking to rank {r}")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_without_a_peer_blames_no_rank() {
+        let e = Error::local_io("poll", std::io::Error::from(std::io::ErrorKind::Other));
+        assert_eq!(e.rank(), None);
+        assert!(e.to_string().starts_with("I/O error during poll: "), "{e}");
+        let e = Error::io(3, "socket setup", std::io::Error::from(std::io::ErrorKind::Other));
+        assert_eq!(e.rank(), Some(3));
+        assert!(e.to_string().starts_with("I/O error talking to rank 3 during socket setup: "), "{e}");
+        assert_eq!(Error::Poisoned(Box::new(e)).rank(), Some(3));
     }
 }

@@ -9,7 +9,10 @@ use crate::config::Config;
 use crate::error::Result;
 use std::net::TcpStream;
 
-pub use crate::bootstrap::auth;
+/// The authenticated handshake and length-capped messages.
+pub mod auth {
+    pub use crate::auth::*;
+}
 pub use crate::bootstrap::sans_io::{hello, join, reject_reply, table_reply, vet_hello, vet_join, vet_reply};
 pub use crate::transport::verbs::topology::DeviceMatrix;
 pub use crate::transport::verbs::{parse_endpoints, Endpoint, ENDPOINT_LEN};

@@ -1,14 +1,15 @@
 //! [`Group`]: the public face of boltccl — the user's calls, and the bookkeeping of each
 //! (sequence numbers, poisoning, serialisation). Which transport and which algorithm serve a
-//! call is decided elsewhere ([`crate::transport::connect`], [`crate::algo::select`]); calls
+//! call is decided elsewhere ([`crate::connect::connect`], [`crate::algo::select`]); calls
 //! started without waiting are queued and run by the group's progress thread
 //! ([`crate::request`]).
 
-use crate::algo::select::{chunk_bytes, select, Cabling};
+use crate::algo::select::{self, select, AllReducePlan, BroadcastPlan, GatherPlan};
 use crate::algo::{direct, doubling, hosts, mesh, p2p, ring, ring_ops, Link, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
 use crate::request::{Queue, RawRequest, Scope};
+use crate::topology::{chunk_bytes, Cabling, Shape};
 use crate::transport::{InterruptCheck, Limits, LinkKind, Transport};
 use crate::types::{Collective, DType, Element, ReduceOp};
 use crate::wire::Header;
@@ -152,7 +153,7 @@ impl Group {
     /// Form a group as `cfg` describes: connects to the coordinator and peers.
     pub fn new(cfg: Config) -> Result<Group> {
         cfg.validate()?;
-        let t = crate::transport::connect(&cfg)?;
+        let t = crate::connect::connect(&cfg)?;
         Ok(Group::from_transport(t, cfg))
     }
 
@@ -160,7 +161,7 @@ impl Group {
         let (rank, size) = (t.rank(), t.size());
         let cabling = t.cabling();
         let kinds = (0..size).map(|p| t.link_kind(p)).collect();
-        if cabling.shape() == crate::algo::select::Shape::Ring {
+        if cabling.shape() == Shape::Ring {
             tracing::info!("the RDMA links form a ring, not a full mesh: large collectives use the ring algorithms");
         }
         let shared = Arc::new(Shared {
@@ -268,14 +269,9 @@ impl Group {
     }
 
     /// Run a call given as an [`Op`] (as the bindings hand calls over), blocking like the
-    /// typed calls.
+    /// typed calls: checked, then run on this thread after every started call has finished
+    /// (they were started first), with no thread hand-off when none is queued.
     pub fn call(&self, op: Op<'_>) -> Result<()> {
-        self.exec(op)
-    }
-
-    /// Run a checked call on this thread: after every started call has finished (they were
-    /// started first), with no thread hand-off when none is queued.
-    fn exec(&self, op: Op<'_>) -> Result<()> {
         op.check(&self.core)?;
         self.queue.wait_idle()?;
         op.run(&self.core, Turn::Try)
@@ -375,7 +371,7 @@ impl Group {
 
     /// Wait until every rank has called `barrier`.
     pub fn barrier(&self) -> Result<()> {
-        self.exec(Op::Barrier)
+        self.call(Op::Barrier)
     }
 
     /// Send `buf` to `peer`, which must call [`Group::recv`] with the same type and length.
@@ -635,7 +631,7 @@ impl Op<'_> {
     pub(crate) fn run(self, g: &Core, turn: Turn) -> Result<()> {
         match self {
             Op::AllReduce { op, dtype, input, output } => {
-                let algo = g.algorithm(Collective::AllReduce, output.len());
+                let plan = select::all_reduce(output.len(), &g.cabling, g.me, &g.shared.cfg);
                 let call = Call::new(Collective::AllReduce, dtype, op, output.len());
                 g.run(call, turn, |link, scratch| {
                     if link.size() == 1 {
@@ -644,49 +640,37 @@ impl Op<'_> {
                         }
                         return Ok(());
                     }
-                    match algo {
-                        Algo::Mesh => mesh::all_reduce(link, scratch, op, dtype, input, output),
-                        Algo::Doubling => doubling::all_reduce(link, scratch, op, dtype, input, output),
-                        Algo::Ring => ring::all_reduce(link, scratch, op, dtype, input, output),
-                        Algo::Direct | Algo::Auto => direct::all_reduce(link, scratch, op, dtype, input, output),
-                        Algo::Hosts => {
-                            let levels = g.cabling.levels(g.me).expect("chosen only where there are two levels");
-                            let large = output.len() > g.shared.cfg.mesh_max_bytes;
-                            hosts::all_reduce(link, scratch, &levels, &g.shared.cfg, large, op, dtype, input, output)
-                        }
+                    match &plan {
+                        AllReducePlan::Mesh => mesh::all_reduce(link, scratch, op, dtype, input, output),
+                        AllReducePlan::Doubling => doubling::all_reduce(link, scratch, op, dtype, input, output),
+                        AllReducePlan::Ring => ring::all_reduce(link, scratch, op, dtype, input, output),
+                        AllReducePlan::Direct => direct::all_reduce(link, scratch, op, dtype, input, output),
+                        AllReducePlan::Hosts(plan) => hosts::all_reduce(link, scratch, plan, op, dtype, input, output),
                     }
                 })
             }
             Op::AllGather { dtype, input, output } => {
-                let ring = g.algorithm(Collective::AllGather, output.len()) == Algo::Ring;
-                g.run(Call::new(Collective::AllGather, dtype, ReduceOp::Sum, input.len()), turn, |link, _| {
-                    if ring {
-                        ring_ops::all_gather(link, input, output, dtype.size())
-                    } else {
-                        direct::all_gather(link, input, output)
-                    }
+                let plan = select::gather(output.len(), &g.cabling, &g.shared.cfg);
+                g.run(Call::new(Collective::AllGather, dtype, ReduceOp::Sum, input.len()), turn, |link, _| match plan {
+                    GatherPlan::Ring => ring_ops::all_gather(link, input, output, dtype.size()),
+                    GatherPlan::Direct => direct::all_gather(link, input, output),
                 })
             }
             Op::ReduceScatter { op, dtype, input, output } => {
-                let ring = g.algorithm(Collective::ReduceScatter, input.len()) == Algo::Ring;
-                g.run(Call::new(Collective::ReduceScatter, dtype, op, output.len()), turn, |link, scratch| {
-                    if ring {
-                        ring_ops::reduce_scatter(link, scratch, op, dtype, input, output)
-                    } else {
-                        direct::reduce_scatter(link, scratch, op, dtype, input, output)
-                    }
+                let plan = select::gather(input.len(), &g.cabling, &g.shared.cfg);
+                g.run(Call::new(Collective::ReduceScatter, dtype, op, output.len()), turn, |link, scratch| match plan {
+                    GatherPlan::Ring => ring_ops::reduce_scatter(link, scratch, op, dtype, input, output),
+                    GatherPlan::Direct => direct::reduce_scatter(link, scratch, op, dtype, input, output),
                 })
             }
             Op::Broadcast { dtype, buf, root } => {
-                let algo = g.algorithm(Collective::Broadcast, buf.len());
+                let plan = select::broadcast(buf.len(), &g.cabling, &g.shared.cfg);
                 let call = Call { root, ..Call::new(Collective::Broadcast, dtype, ReduceOp::Sum, buf.len()) };
-                g.run(call, turn, |link, _| match algo {
+                g.run(call, turn, |link, _| match plan {
                     _ if link.size() == 1 => Ok(()),
-                    Algo::Ring => ring_ops::broadcast(link, buf, root, dtype.size()),
-                    Algo::Direct => direct::broadcast(link, buf, root, dtype.size()),
-                    Algo::Mesh | Algo::Doubling | Algo::Auto | Algo::Hosts => {
-                        direct::broadcast_from_root(link, buf, root)
-                    }
+                    BroadcastPlan::Ring => ring_ops::broadcast(link, buf, root, dtype.size()),
+                    BroadcastPlan::Direct => direct::broadcast(link, buf, root, dtype.size()),
+                    BroadcastPlan::FromRoot => direct::broadcast_from_root(link, buf, root),
                 })
             }
             Op::Send { dtype, buf, peer } => {
@@ -720,32 +704,32 @@ impl Bytes<'_> {
     /// Reduce `output` across ranks with `op`; `input = None` means `output` holds the input
     /// (in place).
     pub fn all_reduce(&self, op: ReduceOp, dtype: DType, input: Option<&[u8]>, output: &mut [u8]) -> Result<()> {
-        self.g.exec(Op::AllReduce { op, dtype, input, output })
+        self.g.call(Op::AllReduce { op, dtype, input, output })
     }
 
     /// `output` gets every rank's `input` in rank order.
     pub fn all_gather(&self, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
-        self.g.exec(Op::AllGather { dtype, input, output })
+        self.g.call(Op::AllGather { dtype, input, output })
     }
 
     /// `input` holds `size()` blocks of `output.len()` bytes; this rank gets block `rank()`
     /// reduced with `op` over all ranks.
     pub fn reduce_scatter(&self, op: ReduceOp, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
-        self.g.exec(Op::ReduceScatter { op, dtype, input, output })
+        self.g.call(Op::ReduceScatter { op, dtype, input, output })
     }
 
     /// Every rank's `buf` gets `root`'s.
     pub fn broadcast(&self, dtype: DType, buf: &mut [u8], root: usize) -> Result<()> {
-        self.g.exec(Op::Broadcast { dtype, buf, root })
+        self.g.call(Op::Broadcast { dtype, buf, root })
     }
 
     /// Send `buf` to `peer`, which must receive with the same type and length.
     pub fn send(&self, dtype: DType, buf: &[u8], peer: usize) -> Result<()> {
-        self.g.exec(Op::Send { dtype, buf, peer })
+        self.g.call(Op::Send { dtype, buf, peer })
     }
 
     /// Receive into `buf` from `peer`, which must send with the same type and length.
     pub fn recv(&self, dtype: DType, buf: &mut [u8], peer: usize) -> Result<()> {
-        self.g.exec(Op::Recv { dtype, buf, peer })
+        self.g.call(Op::Recv { dtype, buf, peer })
     }
 }

@@ -20,20 +20,24 @@
 #![warn(missing_docs)]
 
 mod algo;
+mod auth;
 mod bootstrap;
 pub mod config;
+mod connect;
 mod error;
 mod group;
+mod host;
 #[cfg(feature = "stderr-log")]
 mod log;
 pub mod probe;
 mod reduce;
 mod request;
+mod topology;
 mod transport;
 mod types;
 mod wire;
 
-pub use algo::select::{select as select_algorithm, Cabling, Shape};
+pub use algo::select::select as select_algorithm;
 pub use bootstrap::free_coordinator_port;
 pub use config::{Algo, Backend, Config};
 pub use error::{Error, ErrorKind, Result};
@@ -42,11 +46,10 @@ pub use half::{bf16, f16};
 #[cfg(feature = "stderr-log")]
 pub use log::log_to_stderr;
 pub use request::{OnComplete, RawRequest, Request, Scope};
+pub use topology::{Cabling, Shape};
 pub use transport::{InterruptCheck, LinkKind};
-pub use types::{Collective, DType, Element, ReduceOp};
-
-/// The library version (also checked between ranks at start-up).
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub use types::{Collective, DType, Element, ReduceOp, BYTE_CALLS, CALLS, TYPED_CALLS};
+pub use wire::VERSION;
 
 /// The reduction kernels, for the criterion benchmarks only: not part of the API.
 #[doc(hidden)]

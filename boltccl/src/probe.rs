@@ -12,32 +12,9 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use crate::host::{host_identity, host_name};
 pub use crate::transport::verbs::loader::install_hint;
 pub use crate::transport::verbs::topology::{same_subnet, DeviceMatrix};
-
-/// This host's name (what `uname -n` prints).
-pub fn host_name() -> String {
-    rustix::system::uname().nodename().to_string_lossy().into_owned()
-}
-
-/// Which kernel and network namespace this process runs in: ranks with the same identity can
-/// share memory (the same boot, and abstract unix sockets reach each other), whatever their
-/// host names say. Empty where it cannot be told (shared memory is then not offered).
-pub fn host_identity() -> String {
-    #[cfg(target_os = "linux")]
-    {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-        let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
-        if boot.trim().is_empty() || netns.is_empty() {
-            return String::new();
-        }
-        format!("{}/{netns}", boot.trim())
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        String::new()
-    }
-}
 
 /// Whether ranks on this host can share memory: the segment, the doorbell and the set-up
 /// socket are made and dropped at once. `Ok` carries the host identity they would match on.

@@ -311,6 +311,25 @@ impl<'scope> Scope<'scope, '_> {
         self.all_reduce(ReduceOp::Sum, buf)
     }
 
+    /// Start an elementwise maximum across ranks, in place.
+    pub fn all_max<T: Element>(&'scope self, buf: &'scope mut [T]) -> Result<Request<'scope>> {
+        self.all_reduce(ReduceOp::Max, buf)
+    }
+
+    /// Start an elementwise minimum across ranks, in place.
+    pub fn all_min<T: Element>(&'scope self, buf: &'scope mut [T]) -> Result<Request<'scope>> {
+        self.all_reduce(ReduceOp::Min, buf)
+    }
+
+    /// Start summing `input` across ranks into `output`.
+    pub fn all_sum_into<T: Element>(
+        &'scope self,
+        input: &'scope [T],
+        output: &'scope mut [T],
+    ) -> Result<Request<'scope>> {
+        self.all_reduce_into(ReduceOp::Sum, input, output)
+    }
+
     /// Start gathering every rank's `input` into `output`, in rank order.
     pub fn all_gather<T: Element>(
         &'scope self,
@@ -327,8 +346,18 @@ impl<'scope> Scope<'scope, '_> {
         input: &'scope [T],
         output: &'scope mut [T],
     ) -> Result<Request<'scope>> {
+        self.reduce_scatter_with(ReduceOp::Sum, input, output)
+    }
+
+    /// Start a reduce-scatter with `op`: this rank gets block `rank()` of `input` reduced.
+    pub fn reduce_scatter_with<T: Element>(
+        &'scope self,
+        op: ReduceOp,
+        input: &'scope [T],
+        output: &'scope mut [T],
+    ) -> Result<Request<'scope>> {
         let (input, output) = (bytemuck::cast_slice(input), bytemuck::cast_slice_mut(output));
-        self.start(Op::ReduceScatter { op: ReduceOp::Sum, dtype: T::DTYPE, input, output })
+        self.start(Op::ReduceScatter { op, dtype: T::DTYPE, input, output })
     }
 
     /// Start a broadcast of `root`'s `buf`.

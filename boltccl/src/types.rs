@@ -140,6 +140,22 @@ impl ReduceOp {
     }
 }
 
+/// The calls every surface offers, declared once: `Group` and `Scope` (typed, Rust), the C
+/// API (`boltccl_NAME` and `boltccl_NAME_async`) and Python (`Group.NAME`). `tests/surfaces.rs`
+/// checks each surface against this list, so adding a collective starts here.
+#[doc(hidden)]
+pub const CALLS: &[&str] =
+    &["all_sum", "all_max", "all_min", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "barrier"];
+
+/// The further typed forms `Group` and `Scope` offer (an explicit reduction, a separate
+/// output), checked like [`CALLS`].
+#[doc(hidden)]
+pub const TYPED_CALLS: &[&str] = &["all_reduce", "all_reduce_into", "all_sum_into", "reduce_scatter_with"];
+
+/// The byte-level calls of `Bytes`: one per [`crate::Op`] with buffers.
+#[doc(hidden)]
+pub const BYTE_CALLS: &[&str] = &["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"];
+
 /// A call on a group. Numbers are part of the wire format (every message names its call):
 /// never renumber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,30 +2,11 @@
 //! optionally inside `{"hosts": [...]}`) or a bare list of host names.
 
 use boltccl::config::HostEntry;
-use serde::Deserialize;
 use std::path::Path;
 
-/// Parse a launcher hostfile's text.
-pub fn parse_hostfile(text: &str) -> Result<Vec<HostEntry>, String> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Launch {
-        Names(Vec<String>),
-        Hosts(Vec<HostEntry>),
-        Object { hosts: Vec<HostEntry> },
-    }
-    let parsed: Launch = serde_json::from_str(text).map_err(|e| {
-        format!("not a launcher hostfile ({e}); expected [{{\"ssh\": \"host\", \"ips\": [\"ip\"]}}, ...]")
-    })?;
-    let hosts = match parsed {
-        Launch::Names(n) => n.into_iter().map(|ssh| HostEntry { ssh, ips: vec![] }).collect(),
-        Launch::Hosts(h) | Launch::Object { hosts: h } => h,
-    };
-    if hosts.is_empty() {
-        return Err("the hostfile lists no hosts".into());
-    }
-    Ok(hosts)
-}
+/// Parse a launcher hostfile's text (the library's parser, which also reads the hostfile a
+/// rank is given).
+pub use boltccl::config::parse_launch_hostfile as parse_hostfile;
 
 /// Read and parse a launcher hostfile; errors name the file.
 pub fn load_hostfile(path: &Path) -> Result<Vec<HostEntry>, String> {

@@ -80,6 +80,9 @@ def init(
 def free_coordinator_port(ip: str) -> int:
     """A TCP port on `ip` that is free now, for a coordinator that rank 0 binds in a moment:
     below the kernel's ephemeral range, so that no connection made meanwhile is given it."""
+def derived_port(seed: str, avoid: List[int]) -> int:
+    """A port derived from `seed` as boltccl derives coordinator ports (20000-32767), never
+    one of `avoid`: every rank computes the same, with no exchange."""
 def launch(
     command: List[str],
     *,

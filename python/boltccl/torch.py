@@ -20,7 +20,6 @@ isend/irecv (with an explicit source), new_group; DistributedDataParallel on tor
 from __future__ import annotations
 
 import datetime
-import hashlib
 import os
 import secrets
 import socket
@@ -524,10 +523,9 @@ def _env_from_boltccl_launch() -> None:
     if env.get("MASTER_ADDR") or not all(env.get(k) for k in ("BOLTCCL_RANK", "BOLTCCL_WORLD_SIZE", "BOLTCCL_COORDINATOR")):
         return
     host, _, port = env["BOLTCCL_COORDINATOR"].rpartition(":")
-    seed = int(hashlib.sha256(("torch-store:" + env.get("BOLTCCL_JOB_KEY", "")).encode()).hexdigest()[:8], 16)
-    store_port = 20000 + seed % 12768
-    if str(store_port) == port:
-        store_port += 1
+    # The library's own derivation (in its port range, never the coordinator's port).
+    avoid = [int(port)] if port.isdigit() else []
+    store_port = boltccl._native.derived_port("torch-store:" + env.get("BOLTCCL_JOB_KEY", ""), avoid)
     env.setdefault("RANK", env["BOLTCCL_RANK"])
     env.setdefault("WORLD_SIZE", env["BOLTCCL_WORLD_SIZE"])
     env["MASTER_ADDR"] = host.strip("[]")

@@ -589,6 +589,13 @@ fn free_coordinator_port(ip: &str) -> PyResult<u16> {
         .map_err(|e| PyValueError::new_err(format!("no free port on {ip}: {e} (is it an address of this host?)")))
 }
 
+/// A port derived from `seed` the way boltccl derives coordinator ports (20000-32767, below
+/// every ephemeral range), never one of `avoid`: every rank computes the same, with no exchange.
+#[pyfunction]
+fn derived_port(seed: &str, avoid: Vec<u16>) -> u16 {
+    boltccl::config::launchers::derived_port(seed, &avoid)
+}
+
 /// The compiled part of the boltccl package.
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -598,6 +605,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(launch, m)?)?;
     m.add_function(wrap_pyfunction!(free_coordinator_port, m)?)?;
+    m.add_function(wrap_pyfunction!(derived_port, m)?)?;
     m.add("__version__", boltccl::VERSION)?;
     m.add("DTYPES", DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>())?;
     Ok(())

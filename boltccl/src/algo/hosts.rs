@@ -18,9 +18,8 @@
 
 use super::direct::{self, all_gather_ranges, reduce_to_owner};
 use super::plan::{bytes, partition};
-use super::select::{chunk_bytes, Levels};
+use super::select::HostsPlan;
 use super::{mesh, Link, Scratch};
-use crate::config::Config;
 use crate::error::Result;
 use crate::types::{DType, ReduceOp};
 use crate::wire::Phase;
@@ -33,22 +32,19 @@ fn sub<'l>(link: &'l mut Link<'_>, ranks: &[usize], members: &'l mut Vec<usize>,
     Link { t: &mut *link.t, members, me, base: link.base, chunk, limits: link.limits.clone() }
 }
 
-/// All-reduce in two levels. `input` is `None` when `buf` holds the input; `large` selects the
-/// reduce-scatter form (see the module notes).
-#[allow(clippy::too_many_arguments)]
+/// All-reduce in two levels, as `plan` says (`large`: the reduce-scatter form; see the module
+/// notes). `input` is `None` when `buf` holds the input.
 pub(crate) fn all_reduce(
     link: &mut Link<'_>,
     scratch: &mut Scratch,
-    levels: &Levels,
-    cfg: &Config,
-    large: bool,
+    plan: &HostsPlan,
     op: ReduceOp,
     dtype: DType,
     input: Option<&[u8]>,
     buf: &mut [u8],
 ) -> Result<()> {
-    let net_chunk = link.chunk;
-    let local_chunk = chunk_bytes(cfg, levels.local.len(), true);
+    let HostsPlan { levels, large, local_chunk } = plan;
+    let (net_chunk, local_chunk, large) = (link.chunk, *local_chunk, *large);
     let mut members = Vec::new();
     if !large {
         mesh::all_reduce(&mut sub(link, &levels.local, &mut members, local_chunk), scratch, op, dtype, input, buf)?;

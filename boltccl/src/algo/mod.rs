@@ -35,13 +35,12 @@ pub mod select;
 
 use crate::error::{Error, Result};
 use crate::reduce::{combine, fold, Order};
+use crate::topology::SCRATCH_BUDGET;
 use crate::transport::{Limits, OnRecv, RecvOp, SendOp, Transport};
 use crate::types::{DType, ReduceOp};
 use crate::wire::{self, Header, Phase};
 use std::ops::Range;
 
-/// Scratch memory an algorithm may use for in-flight pieces, per call.
-pub const SCRATCH_BUDGET: usize = 16 << 20;
 /// Most pieces per peer in one exchange (bounds the op lists).
 pub const MAX_BATCH: usize = 64;
 

@@ -1,287 +1,184 @@
 //! Which algorithm a call runs: a pure function of the collective, its size, the cabling and
 //! the agreed settings, so every rank picks the same one (and `boltccl doctor` can say which).
+//!
+//! What is asked (`BOLTCCL_ALGO`, an [`Algo`]) and what runs are two types: each collective's
+//! planner returns a plan with exactly the forms that collective has ([`AllReducePlan`],
+//! [`GatherPlan`], [`BroadcastPlan`]), so running one is an exhaustive match. The forced
+//! rules are the planners' matches on [`Config::algo`]: a forced algorithm runs wherever the
+//! collective has that form; where it has not, the automatic choice runs, never onto the ring.
 
-use super::SCRATCH_BUDGET;
-use crate::config::{Algo, Config, NET_CHUNK_BYTES, SHM_CHUNK_BYTES};
+use crate::config::{Algo, Config};
+use crate::topology::{chunk_bytes, Cabling, Levels, Shape};
 use crate::types::Collective;
 
-/// Which pairs of a group's ranks have a fast direct link (RDMA cables), and which ranks
-/// share a host's memory, in group order.
+/// How an all-reduce runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cabling {
-    /// `links[i][j]`; `None` when every pair is alike (TCP, shared memory, in process).
-    links: Option<Vec<Vec<bool>>>,
-    /// The ranks of each host (linked by shared memory), in group order, hosts in the order of
-    /// their first ranks; `None` when nothing is known of hosts (TCP only, in process).
-    hosts: Option<Vec<Vec<usize>>>,
-    size: usize,
-}
-
-/// A rank's two levels in a group spread over hosts (see [`Cabling::levels`]): group ranks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Levels {
-    /// The ranks of this rank's host, in group order (this rank among them).
-    pub local: Vec<usize>,
-    /// One rank per host, each at this rank's position among its host's ranks, in the order
-    /// of the hosts' first ranks (this rank among them).
-    pub across: Vec<usize>,
-}
-
-/// What the fast links of a group form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    /// Every pair is linked alike.
+pub(crate) enum AllReducePlan {
+    /// Every rank sends its whole buffer to every peer ([`super::mesh`]).
     Mesh,
-    /// Each rank is linked to its ring neighbours in group order (at least 3 ranks), but not
-    /// every pair is: large collectives go around the ring, so bulk data stays on fast links.
+    /// Recursive doubling ([`super::doubling`]).
+    Doubling,
+    /// Reduce-scatter then all-gather ([`super::direct`]).
+    Direct,
+    /// The bidirectional ring ([`super::ring`]).
     Ring,
-    /// Neither: some pairs use slower links.
-    Partial,
+    /// Two levels ([`super::hosts`]).
+    Hosts(HostsPlan),
 }
 
-impl Cabling {
-    /// `size` ranks, every pair alike.
-    pub fn uniform(size: usize) -> Cabling {
-        Cabling { links: None, hosts: None, size }
-    }
+/// A two-level all-reduce: this rank's levels, and which form it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostsPlan {
+    /// This rank's host and its peers at the same position on the other hosts.
+    pub levels: Levels,
+    /// Above `BOLTCCL_MESH_MAX_BYTES`: the reduce-scatter form (else mesh inside, mesh across).
+    pub large: bool,
+    /// The pipelining unit inside a host (shared memory).
+    pub local_chunk: usize,
+}
 
-    /// `links[i][j]`: ranks `i` and `j` have a fast link (`links[i][i]` is ignored).
-    pub fn from_links(links: Vec<Vec<bool>>) -> Cabling {
-        Cabling { size: links.len(), links: Some(links), hosts: None }
-    }
+/// How an all-gather or a reduce-scatter runs: they have the same two forms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GatherPlan {
+    /// All links at once ([`super::direct`]).
+    Direct,
+    /// Around the ring ([`super::ring_ops`]).
+    Ring,
+}
 
-    /// The same links, with `hosts[i]` labelling rank i's host (equal labels: shared memory).
-    pub fn with_hosts(self, hosts: Vec<usize>) -> Cabling {
-        assert_eq!(hosts.len(), self.size, "one host label per rank");
-        let mut labels: Vec<usize> = Vec::new();
-        let mut ranks: Vec<Vec<usize>> = Vec::new();
-        for (r, label) in hosts.into_iter().enumerate() {
-            match labels.iter().position(|&l| l == label) {
-                Some(i) => ranks[i].push(r),
-                None => {
-                    labels.push(label);
-                    ranks.push(vec![r]);
-                }
+/// How a broadcast runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BroadcastPlan {
+    /// The root sends the whole buffer to every rank (the mesh form).
+    FromRoot,
+    /// The root scatters, then every rank all-gathers ([`super::direct`]).
+    Direct,
+    /// Around the ring ([`super::ring_ops`]).
+    Ring,
+}
+
+/// The all-reduce of `bytes` by group rank `me` over `cabling`, with the agreed settings.
+///
+/// Forced (`BOLTCCL_ALGO`): mesh, doubling, direct and ring run as forced. Automatic: two
+/// levels on a group spread over hosts with several ranks each ([`Cabling::levels`]: shared
+/// memory inside hosts, host totals over the network); up to `BOLTCCL_MESH_MAX_BYTES`
+/// (decode-sized messages), recursive doubling on 4, 8, 16, ... ranks without RDMA links
+/// (fewer messages where each costs system calls) and the mesh (one round trip) otherwise;
+/// above it the ring on a ring-cabled group, direct otherwise. `hosts` cannot be forced
+/// (`BOLTCCL_ALGO` does not accept it); set in a `Config` it means automatic.
+pub(crate) fn all_reduce(bytes: usize, cabling: &Cabling, me: usize, cfg: &Config) -> AllReducePlan {
+    let large = bytes > cfg.mesh_max_bytes;
+    match cfg.algo {
+        Algo::Mesh => AllReducePlan::Mesh,
+        Algo::Doubling => AllReducePlan::Doubling,
+        Algo::Direct => AllReducePlan::Direct,
+        Algo::Ring => AllReducePlan::Ring,
+        Algo::Auto | Algo::Hosts => match cabling.levels(me) {
+            Some(levels) => {
+                let local_chunk = chunk_bytes(cfg, levels.local.len(), true);
+                AllReducePlan::Hosts(HostsPlan { levels, large, local_chunk })
             }
+            None if !large && cabling.doubles() => AllReducePlan::Doubling,
+            None if !large => AllReducePlan::Mesh,
+            None if cabling.shape() == Shape::Ring => AllReducePlan::Ring,
+            None => AllReducePlan::Direct,
+        },
+    }
+}
+
+/// The all-gather or reduce-scatter of `bytes` (the whole buffer: for all-gather the output,
+/// for reduce-scatter the input): the ring when forced, or automatically when large on a
+/// ring-cabled group; direct otherwise. They have no mesh, doubling or two-level form: forcing
+/// one of those runs direct (never the ring, which only `ring` or the cabling choose).
+pub(crate) fn gather(bytes: usize, cabling: &Cabling, cfg: &Config) -> GatherPlan {
+    match cfg.algo {
+        Algo::Ring => GatherPlan::Ring,
+        Algo::Auto if bytes > cfg.mesh_max_bytes && cabling.shape() == Shape::Ring => GatherPlan::Ring,
+        Algo::Auto | Algo::Mesh | Algo::Doubling | Algo::Direct | Algo::Hosts => GatherPlan::Direct,
+    }
+}
+
+/// The broadcast of `bytes`. Forced: mesh (the root sends to every rank), direct and ring run
+/// as forced, whatever the size. Automatic: the ring when large on a ring-cabled group; else,
+/// above `BOLTCCL_MESH_MAX_BYTES` on more than two ranks, direct (scatter then all-gather, so
+/// the root's link is not the bottleneck); the root sending to everyone otherwise. Broadcast
+/// has no doubling or two-level form: forcing one of those chooses as automatic does, without
+/// the ring.
+pub(crate) fn broadcast(bytes: usize, cabling: &Cabling, cfg: &Config) -> BroadcastPlan {
+    let large = bytes > cfg.mesh_max_bytes;
+    let spread = || if large && cabling.size() > 2 { BroadcastPlan::Direct } else { BroadcastPlan::FromRoot };
+    match cfg.algo {
+        Algo::Mesh => BroadcastPlan::FromRoot,
+        Algo::Direct => BroadcastPlan::Direct,
+        Algo::Ring => BroadcastPlan::Ring,
+        Algo::Auto if large && cabling.shape() == Shape::Ring => BroadcastPlan::Ring,
+        Algo::Auto | Algo::Doubling | Algo::Hosts => spread(),
+    }
+}
+
+impl AllReducePlan {
+    /// The algorithm's name.
+    pub(crate) fn algo(&self) -> Algo {
+        match self {
+            AllReducePlan::Mesh => Algo::Mesh,
+            AllReducePlan::Doubling => Algo::Doubling,
+            AllReducePlan::Direct => Algo::Direct,
+            AllReducePlan::Ring => Algo::Ring,
+            AllReducePlan::Hosts(_) => Algo::Hosts,
         }
-        Cabling { hosts: Some(ranks), ..self }
     }
+}
 
-    /// The cabling among `members` (ranks of this cabling), in that order.
-    pub fn subset(&self, members: &[usize]) -> Cabling {
-        let sub = Cabling {
-            links: self
-                .links
-                .as_ref()
-                .map(|l| members.iter().map(|&a| members.iter().map(|&b| l[a][b]).collect()).collect()),
-            hosts: None,
-            size: members.len(),
-        };
-        match &self.hosts {
-            Some(hosts) => {
-                let host_of = |a: usize| hosts.iter().position(|h| h.contains(&a)).expect("every rank has a host");
-                sub.with_hosts(members.iter().map(|&a| host_of(a)).collect())
-            }
-            None => sub,
+impl GatherPlan {
+    /// The algorithm's name.
+    pub(crate) fn algo(self) -> Algo {
+        match self {
+            GatherPlan::Direct => Algo::Direct,
+            GatherPlan::Ring => Algo::Ring,
         }
     }
+}
 
-    /// The ranks of each host (sharing memory), in group order, hosts in the order of their
-    /// first ranks; one rank per "host" when nothing is known of hosts.
-    pub fn host_ranks(&self) -> Vec<Vec<usize>> {
-        self.hosts.clone().unwrap_or_else(|| (0..self.size).map(|r| vec![r]).collect())
-    }
-
-    /// The hosts, when the group spans two or more with the same number (two or more) of ranks
-    /// on each, and every pair across hosts at the same local position is linked alike (TCP
-    /// everywhere, or an RDMA cable for each). Checked on every all-reduce: allocates nothing.
-    fn two_level_hosts(&self) -> Option<&[Vec<usize>]> {
-        let hosts = self.hosts.as_deref()?;
-        let per_host = hosts[0].len();
-        if hosts.len() < 2 || per_host < 2 || hosts.iter().any(|h| h.len() != per_host) {
-            return None;
-        }
-        if let Some(l) = &self.links {
-            let cabled = (0..per_host).all(|i| hosts.iter().all(|a| hosts.iter().all(|b| a == b || l[a[i]][b[i]])));
-            if !cabled {
-                return None;
-            }
-        }
-        Some(hosts)
-    }
-
-    /// Rank `me`'s two levels when the group spans two or more hosts with the same number (two
-    /// or more) of ranks on each, every pair across hosts at the same position linked alike:
-    /// then an all-reduce can reduce inside each host over shared memory and send only host
-    /// totals over the network. `None` otherwise, the same on every rank.
-    pub fn levels(&self, me: usize) -> Option<Levels> {
-        let hosts = self.two_level_hosts()?;
-        let local = hosts.iter().find(|h| h.contains(&me))?.clone();
-        let at = local.iter().position(|&r| r == me)?;
-        Some(Levels { across: hosts.iter().map(|h| h[at]).collect(), local })
-    }
-
-    /// What the links form.
-    pub fn shape(&self) -> Shape {
-        let Some(l) = &self.links else { return Shape::Mesh };
-        let n = self.size;
-        let linked = |a: usize, b: usize| a == b || l[a][b];
-        if (0..n).all(|a| (0..n).all(|b| linked(a, b))) {
-            Shape::Mesh
-        } else if n >= 3 && (0..n).all(|a| linked(a, (a + 1) % n)) {
-            Shape::Ring
-        } else {
-            Shape::Partial
+impl BroadcastPlan {
+    /// The algorithm's name.
+    pub(crate) fn algo(self) -> Algo {
+        match self {
+            BroadcastPlan::FromRoot => Algo::Mesh,
+            BroadcastPlan::Direct => Algo::Direct,
+            BroadcastPlan::Ring => Algo::Ring,
         }
     }
 }
 
 /// The algorithm `coll` runs on `bytes` (the whole buffer: for all-gather the output, for
-/// reduce-scatter the input), over `cabling`, with the agreed settings `cfg`.
-///
-/// - all-reduce: `BOLTCCL_ALGO` when forced; else two levels on a group spread over hosts with
-///   several ranks each ([`Cabling::levels`]: shared memory inside hosts, host totals over the
-///   network); up to `BOLTCCL_MESH_MAX_BYTES` (decode-sized messages), recursive doubling on
-///   4, 8, 16, ... ranks without RDMA links (fewer messages where each costs system calls)
-///   and the mesh (one round trip) otherwise; above it the ring on a ring-cabled group, direct
-///   otherwise;
-/// - all-gather and reduce-scatter: the ring when forced, or when large on a ring-cabled group;
-///   direct otherwise (they have no mesh form);
-/// - broadcast: the ring as above; otherwise, above `BOLTCCL_MESH_MAX_BYTES` on more than two
-///   ranks, direct (scatter then all-gather, so the root's link is not the bottleneck); the
-///   root sending to everyone (mesh) otherwise;
-/// - barrier and send/recv: mesh (they have one form).
+/// reduce-scatter the input), over `cabling`, with the agreed settings `cfg`: the name of the
+/// plan [`all_reduce`], [`gather`] or [`broadcast`] make (barrier and send/recv have one form,
+/// named mesh).
 pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -> Algo {
-    let ring = cabling.shape() == Shape::Ring;
-    let large = bytes > cfg.mesh_max_bytes;
-    let around_ring = cfg.algo == Algo::Ring || (cfg.algo == Algo::Auto && ring && large);
     match coll {
-        Collective::AllReduce => match cfg.algo {
-            Algo::Auto if cabling.two_level_hosts().is_some() => Algo::Hosts,
-            Algo::Auto if !large && doubles(cabling) => Algo::Doubling,
-            Algo::Auto if !large => Algo::Mesh,
-            Algo::Auto if ring => Algo::Ring,
-            Algo::Auto => Algo::Direct,
-            forced => forced,
-        },
-        Collective::AllGather | Collective::ReduceScatter if around_ring => Algo::Ring,
-        Collective::AllGather | Collective::ReduceScatter => Algo::Direct,
-        Collective::Broadcast if around_ring => Algo::Ring,
-        Collective::Broadcast if large && cabling.size > 2 => Algo::Direct,
-        Collective::Broadcast | Collective::Barrier | Collective::SendRecv => Algo::Mesh,
-    }
-}
-
-/// Whether small all-reduces double rather than mesh: on 4, 8, 16, ... ranks linked alike by
-/// TCP, shared memory or in process. There each message costs system calls and a wake-up, and
-/// doubling sends log2(P) where the mesh sends P-1 (measured 2026-12-01 on one host: at 4
-/// ranks, 1 KiB, 29-36 µs against 50-60 over TCP, 5.9 against 7.5 over shared memory; at 8
-/// ranks over TCP 97 against 235). Not at two ranks (the same one exchange), not on other
-/// counts (the pairs folded first add two steps to the mesh's one: on a network, two more
-/// latencies), and not on RDMA cablings, whose messages cost little CPU, so the mesh's one step
-/// should win there; not measured on hardware.
-fn doubles(cabling: &Cabling) -> bool {
-    cabling.size >= 4 && cabling.size.is_power_of_two() && cabling.links.is_none()
-}
-
-/// The pipelining unit of a group of `size` ranks: `BOLTCCL_CHUNK_BYTES` when set; under
-/// `auto`, 1 MiB when any pair crosses a network (smaller pieces keep the links busy while
-/// earlier ones are reduced), and the largest piece up to 8 MiB that keeps one piece per peer
-/// within [`SCRATCH_BUDGET`] when every pair is shared memory: there each piece costs a
-/// hand-off between two processes (the receiver's copy, then the sender's next turn) that
-/// nothing on a wire hides. Measured 2026-11-30, 2 ranks, 16 MiB all_sum: 6.0-6.4 GB/s bus
-/// bandwidth with 8 MiB pieces against 2.9-3.7 with 1 MiB.
-///
-/// Every member computes the same: a pair's link kind follows from what bootstrap told every
-/// rank, and a rank whose links to all other members are shared memory shares their host.
-pub fn chunk_bytes(cfg: &Config, size: usize, all_shared_memory: bool) -> usize {
-    match cfg.chunk_bytes {
-        Some(chunk) => chunk,
-        None if all_shared_memory && size > 1 => {
-            (SCRATCH_BUDGET / (size - 1) / 4096 * 4096).clamp(NET_CHUNK_BYTES, SHM_CHUNK_BYTES)
-        }
-        None => NET_CHUNK_BYTES,
+        Collective::AllReduce => all_reduce(bytes, cabling, 0, cfg).algo(),
+        Collective::AllGather | Collective::ReduceScatter => gather(bytes, cabling, cfg).algo(),
+        Collective::Broadcast => broadcast(bytes, cabling, cfg).algo(),
+        Collective::Barrier | Collective::SendRecv => Algo::Mesh,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::tests::ring4;
     use Algo::{Auto, Direct, Doubling, Hosts, Mesh, Ring};
     use Collective::*;
 
-    fn ring4() -> Cabling {
-        let l = (0..4).map(|i| (0..4).map(|j| i == j || (i + 1) % 4 == j || (j + 1) % 4 == i).collect()).collect();
-        Cabling::from_links(l)
-    }
-
     #[test]
-    fn levels_need_several_hosts_of_equal_size() {
+    fn all_reduce_on_two_levels() {
         let two_by_two = Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]);
-        assert_eq!(two_by_two.host_ranks(), vec![vec![0, 1], vec![2, 3]]);
-        assert_eq!(two_by_two.levels(3), Some(Levels { local: vec![2, 3], across: vec![1, 3] }));
-        // Hosts interleaved in rank order: each host's ranks in order, hosts by first rank.
-        let interleaved = Cabling::uniform(6).with_hosts(vec![5, 9, 5, 9, 5, 9]);
-        assert_eq!(interleaved.levels(2), Some(Levels { local: vec![0, 2, 4], across: vec![2, 3] }));
-        // One host, one rank per host, unequal hosts, nothing known: no two levels.
-        for hosts in [vec![0, 0, 0, 0], vec![0, 1, 2, 3], vec![0, 0, 0, 3]] {
-            assert_eq!(Cabling::uniform(4).with_hosts(hosts.clone()).levels(0), None, "{hosts:?}");
-        }
-        assert_eq!(Cabling::uniform(4).levels(0), None);
-        // RDMA cables between hosts: every pair at the same local position must be cabled.
-        let cross = |i: usize, j: usize| i / 2 != j / 2;
-        let links: Vec<Vec<bool>> = (0..4).map(|i| (0..4).map(|j| i == j || cross(i, j)).collect()).collect();
-        assert!(Cabling::from_links(links.clone()).with_hosts(vec![0, 0, 2, 2]).levels(0).is_some());
-        let mut missing = links;
-        (missing[1][3], missing[3][1]) = (false, false);
-        assert_eq!(Cabling::from_links(missing).with_hosts(vec![0, 0, 2, 2]).levels(0), None);
-        // A sub-group keeps the hosts of its members.
-        assert_eq!(two_by_two.subset(&[0, 2]).levels(0), None);
-        assert_eq!(two_by_two.subset(&[3, 2, 1, 0]).host_ranks(), vec![vec![0, 1], vec![2, 3]]);
         // All-reduce on two levels whatever the size; the other collectives as before.
         let cfg = Config::default();
         assert_eq!(select(AllReduce, 4, &two_by_two, &cfg), Hosts);
         assert_eq!(select(AllReduce, 1 << 30, &two_by_two, &cfg), Hosts);
         assert_eq!(select(AllReduce, 1 << 30, &two_by_two, &Config { algo: Direct, ..cfg.clone() }), Direct);
         assert_eq!(select(AllGather, 1 << 30, &two_by_two, &cfg), Direct);
-    }
-
-    #[test]
-    fn chunks() {
-        let auto = Config::default();
-        let set = Config { chunk_bytes: Some(4096), ..Config::default() };
-        // A set chunk holds everywhere; auto: 1 MiB with a network link, 8 MiB for 2 or 3
-        // ranks on shared memory, then the scratch budget over the peers, never under 1 MiB.
-        assert_eq!(chunk_bytes(&set, 4, true), 4096);
-        assert_eq!(chunk_bytes(&auto, 2, false), 1 << 20);
-        assert_eq!(chunk_bytes(&auto, 2, true), 8 << 20);
-        assert_eq!(chunk_bytes(&auto, 3, true), 8 << 20);
-        assert_eq!(chunk_bytes(&auto, 4, true), 5_591_040);
-        assert_eq!(chunk_bytes(&auto, 8, true), 2_396_160);
-        assert_eq!(chunk_bytes(&auto, 32, true), 1 << 20);
-        assert_eq!(chunk_bytes(&auto, 1, true), 1 << 20);
-        for n in 2..=64 {
-            let c = chunk_bytes(&auto, n, true);
-            assert!(c % 4096 == 0 && (n - 1) * c <= SCRATCH_BUDGET.max((n - 1) << 20), "{n} ranks: {c}");
-        }
-    }
-
-    #[test]
-    fn shapes() {
-        assert_eq!(Cabling::uniform(4).shape(), Shape::Mesh);
-        assert_eq!(ring4().shape(), Shape::Ring);
-        assert_eq!(Cabling::from_links(vec![vec![true; 4]; 4]).shape(), Shape::Mesh);
-        // Two ranks linked, two not: partial; its sub-group of the two linked ones: a mesh.
-        let mut l = vec![vec![false; 4]; 4];
-        (l[0][1], l[1][0]) = (true, true);
-        let c = Cabling::from_links(l);
-        assert_eq!(c.shape(), Shape::Partial);
-        assert_eq!(c.subset(&[1, 0]).shape(), Shape::Mesh);
-        // A ring in another order is not a ring in group order.
-        assert_eq!(ring4().subset(&[0, 2, 1, 3]).shape(), Shape::Partial);
-        // Three ranks of a 4-ring: 2 and 0 are not neighbours there.
-        assert_eq!(ring4().subset(&[0, 1, 2]).shape(), Shape::Partial);
-        assert_eq!(ring4().subset(&[3, 0, 1]).shape(), Shape::Partial);
     }
 
     #[test]
@@ -319,7 +216,9 @@ mod tests {
             (Broadcast, small, &mesh, Auto, Mesh),
             (Broadcast, big, &mesh, Auto, Direct),
             (Broadcast, big, &two, Auto, Mesh),
-            (Broadcast, big, &mesh, Mesh, Direct),
+            (Broadcast, big, &mesh, Mesh, Mesh),
+            (Broadcast, small, &mesh, Direct, Direct),
+            (Broadcast, big, &ring, Doubling, Direct),
             (Broadcast, big, &ring, Auto, Ring),
             (Broadcast, small, &mesh, Ring, Ring),
             (Broadcast, small, &mesh, Doubling, Mesh),
@@ -335,5 +234,53 @@ mod tests {
                 cabling.shape()
             );
         }
+    }
+
+    /// The forced rules, for every collective, algorithm, size and cabling: a forced algorithm
+    /// runs wherever the collective has that form; elsewhere the automatic choice runs, and
+    /// never moves onto the ring.
+    #[test]
+    fn forced_algorithms_run_where_the_collective_has_them() {
+        let forms = |coll: Collective| match coll {
+            AllReduce => vec![Mesh, Doubling, Direct, Ring],
+            AllGather | ReduceScatter => vec![Direct, Ring],
+            Broadcast => vec![Mesh, Direct, Ring],
+            Barrier | SendRecv => vec![Mesh],
+        };
+        let cablings = [
+            Cabling::uniform(2),
+            Cabling::uniform(3),
+            Cabling::uniform(4),
+            ring4(),
+            Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]),
+        ];
+        for coll in [AllReduce, AllGather, ReduceScatter, Broadcast, Barrier, SendRecv] {
+            for cabling in &cablings {
+                for bytes in [0, 1000, 1001, 1 << 30] {
+                    let cfg = |algo| Config { algo, mesh_max_bytes: 1000, ..Config::default() };
+                    let auto = select(coll, bytes, cabling, &cfg(Auto));
+                    for algo in [Mesh, Doubling, Direct, Ring, Hosts] {
+                        let got = select(coll, bytes, cabling, &cfg(algo));
+                        let why = format!("{coll:?} of {bytes} B on {cabling:?}, forced {algo:?}");
+                        if forms(coll).contains(&algo) {
+                            assert_eq!(got, algo, "{why}");
+                        } else if coll == AllReduce {
+                            assert_eq!((algo, got), (Hosts, auto), "{why}: hosts cannot be forced");
+                        } else if auto == Ring {
+                            assert_ne!(got, Ring, "{why}");
+                        } else {
+                            assert_eq!(got, auto, "{why}");
+                        }
+                    }
+                }
+            }
+        }
+        // The plan carries what the two-level form needs; a forced hosts without two levels
+        // is the automatic choice.
+        let two_by_two = Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]);
+        let cfg = Config { mesh_max_bytes: 1000, ..Config::default() };
+        let AllReducePlan::Hosts(plan) = all_reduce(1001, &two_by_two, 3, &cfg) else { panic!("two levels") };
+        assert_eq!(plan, HostsPlan { levels: two_by_two.levels(3).unwrap(), large: true, local_chunk: 8 << 20 });
+        assert_eq!(all_reduce(10, &Cabling::uniform(4), 0, &Config { algo: Hosts, ..cfg }), AllReducePlan::Doubling);
     }
 }

@@ -16,13 +16,14 @@
 //! Anything malformed, unauthenticated or oversized arriving on a listening port is logged and
 //! dropped; it never stops the group from forming.
 
-pub mod auth;
 mod port;
 
 pub use port::free_coordinator_port;
 
+use crate::auth;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::host::PeerInfo;
 use crossbeam_channel::{unbounded, RecvTimeoutError};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -43,22 +44,10 @@ struct Hello {
     settings: Vec<(String, String)>,
     data_addr: SocketAddr,
     host: String,
-    /// Which machine and network namespace this rank runs in (see [`crate::probe::host_identity`]).
+    /// Which machine and network namespace this rank runs in (see [`crate::host::host_identity`]).
     host_id: String,
     /// Where this rank takes shared-memory links, when it offers them.
     shm: Option<String>,
-}
-
-/// What every rank learns about every other.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct PeerInfo {
-    data_addr: SocketAddr,
-    /// Host name.
-    pub host: String,
-    /// Host identity: ranks with equal ones share a kernel and a network namespace.
-    pub host_id: String,
-    /// The rank's shared-memory set-up address, when it offers shared memory.
-    pub shm: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -102,7 +91,7 @@ fn key_of(cfg: &Config) -> Vec<u8> {
 
 fn set_timeouts(s: &TcpStream, t: Duration) -> Result<()> {
     let t = Some(t.max(Duration::from_millis(1)));
-    s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)).map_err(|e| Error::io(usize::MAX, "socket setup", e))
+    s.set_read_timeout(t).and_then(|_| s.set_write_timeout(t)).map_err(|e| Error::local_io("socket setup", e))
 }
 
 fn remaining(deadline: Instant, what: &str) -> Result<Duration> {
@@ -167,7 +156,7 @@ fn accept_vetted<T: Send + 'static>(
     let rejected: Arc<parking_lot::Mutex<(usize, Vec<String>)>> = Arc::default();
     let mut got = Vec::with_capacity(want);
     if let Err(e) = listener.set_nonblocking(true) {
-        return Err((Error::io(usize::MAX, "listen", e), got));
+        return Err((Error::local_io("listen", e), got));
     }
     while got.len() < want {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -305,11 +294,11 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
     let hello = Hello {
         rank,
         world_size: size,
-        version: env!("CARGO_PKG_VERSION").to_string(),
+        version: crate::wire::VERSION.to_string(),
         settings: cfg.agreed_settings(links),
         data_addr,
-        host: crate::probe::host_name(),
-        host_id: crate::probe::host_identity(),
+        host: crate::host::host_name(),
+        host_id: crate::host::host_identity(),
         shm: shm.map(String::from),
     };
     tracing::debug!(rank, %data_addr, "bootstrap: hello");
@@ -531,7 +520,7 @@ pub(crate) mod sans_io {
         let h = Hello {
             rank,
             world_size,
-            version: crate::VERSION.into(),
+            version: crate::wire::VERSION.into(),
             settings,
             data_addr,
             host: "fuzz".into(),
@@ -568,7 +557,7 @@ pub(crate) mod sans_io {
         for &t in taken.iter().filter(|&&t| t < size) {
             slots[t] = Some((None, Hello { rank: t, ..h.clone() }));
         }
-        let reference = (crate::VERSION.to_string(), settings.to_vec());
+        let reference = (crate::wire::VERSION.to_string(), settings.to_vec());
         match check_hello(&h, &reference, size, &slots) {
             Some((rank, what)) => Err(match rank {
                 Some(rank) => Error::Mismatch { rank, what },

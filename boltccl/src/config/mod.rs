@@ -9,7 +9,7 @@ mod hostlist;
 pub mod launchers;
 mod vars;
 
-pub use hostfile::{parse_hostfile, HostEntry};
+pub use hostfile::{parse_hostfile, parse_launch_hostfile, HostEntry};
 pub use hostlist::expand_hostlist;
 pub use vars::*;
 

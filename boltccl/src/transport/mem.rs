@@ -6,22 +6,13 @@
 
 use super::mesh::Mesh;
 use super::progress::{Control, WaitPolicy};
-use super::shm::ring::{can_pull, Inbox, PeerInbox, Pulls, RingPair};
+use super::shm::ring::{can_pull, slot, Inbox, PeerInbox, Pulls, RingPair};
 use super::shm::ShmChannel;
 use crate::error::Error;
 use crate::wire;
 use parking_lot::Mutex;
 use rustix::event::PollFd;
 use std::sync::Arc;
-
-/// The ring a rank's inbox keeps for `peer`: local peers in rank order, the owner left out.
-pub(crate) fn slot(owner: usize, peer: usize) -> usize {
-    if peer < owner {
-        peer
-    } else {
-        peer - 1
-    }
-}
 
 /// The `n` ranks of an in-process world, each a [`Mesh`] over shared-memory rings of
 /// `ring_bytes` bytes pulling payloads of at least `pull_bytes` (0: none), in rank order.
@@ -44,14 +35,21 @@ pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize) -> Vec<Mesh>
     };
     // Threads of one process share its cores.
     let wait = WaitPolicy::here(n, None);
+    let group: Vec<usize> = (0..n).collect();
     (0..n)
         .map(|rank| {
             let pairs = (0..n)
                 .map(|p| {
                     (p != rank).then(|| {
-                        RingPair::new(p, inboxes[rank].clone(), slot(rank, p), bells[p].clone(), slot(p, rank))
-                            .expect("rings laid out by this process")
-                            .with_pulls(pulls)
+                        RingPair::new(
+                            p,
+                            inboxes[rank].clone(),
+                            slot(&group, rank, p),
+                            bells[p].clone(),
+                            slot(&group, p, rank),
+                        )
+                        .expect("rings laid out by this process")
+                        .with_pulls(pulls)
                     })
                 })
                 .collect();

@@ -4,10 +4,10 @@
 use super::progress::{Channel, Control, Engine, Pace, WaitPolicy};
 use super::tcp::TcpChannel;
 use super::{control::MeshControl, Limits, LinkKind, OnRecv, RecvOp, SendOp, Transport};
-use crate::algo::select::Cabling;
-use crate::bootstrap::{PeerInfo, Rendezvous};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::topology::Cabling;
+use std::net::TcpStream;
 
 /// One rank's links to every other rank of its group.
 pub(crate) struct Mesh {
@@ -32,15 +32,21 @@ impl Mesh {
         Mesh { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
     }
 
-    /// Every pair on the TCP mesh of a formed group.
-    pub(crate) fn over_tcp(cfg: &Config, boot: Rendezvous) -> Result<Mesh> {
+    /// Every pair on the TCP connections of a formed group: `links[peer][stream]` the data
+    /// connections, `control[peer]` the control connection to every other rank; `local` ranks
+    /// run on this host (they share its cores, for the wait policy).
+    pub(crate) fn over_tcp(
+        cfg: &Config,
+        links: Vec<Vec<TcpStream>>,
+        control: Vec<Option<TcpStream>>,
+        local: usize,
+    ) -> Result<Mesh> {
         let (rank, size) = (cfg.rank, cfg.world_size);
-        let local = cfg.local_world_size.unwrap_or_else(|| local_ranks(&boot.peers, rank));
         let wait = WaitPolicy::here(local, cfg.spin);
         tracing::debug!(rank, local, ?wait, "bootstrap: mesh connected");
         let io = |e| Error::io(rank, "socket setup", e);
-        let tcp = TcpChannel::new(boot.links).map_err(io)?;
-        let control = MeshControl::new(rank, boot.control).map_err(io)?;
+        let tcp = TcpChannel::new(links).map_err(io)?;
+        let control = MeshControl::new(rank, control).map_err(io)?;
         Ok(Mesh::new(rank, size, Box::new(tcp), Box::new(control), wait))
     }
 
@@ -106,11 +112,4 @@ impl Transport for Mesh {
         }
         self.engine.channels[self.engine.route[peer]].kind()
     }
-}
-
-/// How many ranks run on `rank`'s host (the same host identity, or the same name where the
-/// identity is unknown).
-fn local_ranks(peers: &[PeerInfo], rank: usize) -> usize {
-    let me = &peers[rank];
-    peers.iter().filter(|p| if me.host_id.is_empty() { p.host == me.host } else { p.host_id == me.host_id }).count()
 }

@@ -7,8 +7,8 @@
 //! reduce-scatter/all-gather, bidirectional ring, point-to-point).
 //!
 //! Every transport is a [`mesh::Mesh`]: per peer, one [`progress::Channel`] (TCP sockets, RDMA
-//! queue pairs, in-process queues) chosen by [`connect`], all driven by the one progress
-//! engine in [`progress`], with a [`progress::Control`] plane that spreads aborts.
+//! queue pairs, in-process queues) chosen by [`crate::connect`], all driven by the one
+//! progress engine in [`progress`], with a [`progress::Control`] plane that spreads aborts.
 
 pub(crate) mod control;
 pub(crate) mod mem;
@@ -19,9 +19,8 @@ pub(crate) mod stream;
 pub(crate) mod tcp;
 pub(crate) mod verbs;
 
-use crate::algo::select::Cabling;
-use crate::config::{Backend, Config};
 use crate::error::{Error, Result};
+use crate::topology::Cabling;
 use crate::wire::Header;
 use std::time::Duration;
 
@@ -123,71 +122,4 @@ pub trait Transport: Send {
     fn cabling(&self) -> Cabling;
     /// What carries the messages to `peer`.
     fn link_kind(&self, peer: usize) -> LinkKind;
-}
-
-/// Form the links `cfg` describes: the policy of which transport serves which pair.
-///
-/// One rank: nothing to connect. Otherwise the TCP bootstrap forms the group (authenticated,
-/// settings agreed) and its mesh carries every pair at first. Then, as `BOLTCCL_BACKEND`
-/// allows: ranks on one host (the same kernel and network namespace) move to shared memory,
-/// and the pairs the device matrix cables move to RDMA queue pairs (where the verbs library
-/// lists devices); the rest stay on TCP, all in one progress loop.
-pub(crate) fn connect(cfg: &Config) -> Result<Box<dyn Transport>> {
-    if cfg.world_size == 1 {
-        return Ok(Box::new(mem::world(1, cfg.shm_ring_bytes, cfg.shm_pull_bytes).pop().expect("one rank")));
-    }
-    let shm = matches!(cfg.backend, Backend::Shm | Backend::Auto);
-    let rdma = cfg.backend == Backend::Verbs || (cfg.backend == Backend::Auto && rdma_available(cfg));
-    // What this rank can check alone fails before it waits for the others.
-    let rdma = rdma.then(|| verbs::plan(cfg)).transpose()?;
-    let offer = if shm { shm_offer() } else { None };
-    let links = ["tcp", if offer.is_some() { "+shm" } else { "" }, if rdma.is_some() { "+rdma" } else { "" }].concat();
-    let boot = crate::bootstrap::connect(cfg, &links, offer.as_ref().map(|o| o.name()))?;
-    let (peers, job) = (boot.peers.clone(), boot.job);
-    let mut mesh = mesh::Mesh::over_tcp(cfg, boot)?;
-    let local = shm::setup::local_peers(&peers, cfg.rank);
-    if let Some(plan) = rdma {
-        verbs::attach(&mut mesh, plan, cfg, &local)?;
-    }
-    if let Some(offer) = offer {
-        shm::setup::attach(&mut mesh, offer, &peers, job, cfg)?;
-        // Every rank's host, labelled by its lowest rank: what every rank's shared-memory
-        // links are, known alike everywhere from bootstrap, so algorithms can use two levels.
-        let hosts = (0..peers.len()).map(|r| shm::setup::local_peers(&peers, r).into_iter().fold(r, usize::min));
-        mesh.set_hosts(hosts.collect());
-    }
-    Ok(Box::new(mesh))
-}
-
-/// This rank's offer of shared memory, or none (saying why) when it cannot listen for it.
-fn shm_offer() -> Option<shm::setup::Offer> {
-    match shm::setup::Offer::bind() {
-        Ok(o) => Some(o),
-        Err(e) => {
-            tracing::warn!("shared memory unavailable ({e}); ranks on this host use TCP");
-            None
-        }
-    }
-}
-
-/// For `BOLTCCL_BACKEND=auto`: whether a device matrix is configured and the verbs library
-/// lists devices — saying why not in the log. Decided before any rank connects, from what
-/// this node has; bootstrap then checks the choice like any agreed setting, so a node without
-/// RDMA is named at start-up instead of failing on the first collective.
-fn rdma_available(cfg: &Config) -> bool {
-    if cfg.ibv_devices.is_none() {
-        tracing::debug!("BOLTCCL_BACKEND=auto: no RDMA device matrix configured (BOLTCCL_IBV_DEVICES)");
-        return false;
-    }
-    match crate::probe::RdmaProbe::load(cfg.ibv_library.as_deref()).device_names() {
-        Ok(names) if !names.is_empty() => true,
-        Ok(_) => {
-            tracing::warn!("BOLTCCL_BACKEND=auto: the verbs library lists no RDMA device; using TCP");
-            false
-        }
-        Err(e) => {
-            tracing::warn!("BOLTCCL_BACKEND=auto: RDMA unavailable ({e}); using TCP");
-            false
-        }
-    }
 }

@@ -400,7 +400,7 @@ fn sleep(fds: &mut [PollFd<'_>], for_: Duration) -> Result<()> {
     match poll(fds, ms) {
         Ok(_) => Ok(()),
         Err(e) if e == rustix::io::Errno::INTR => Ok(()),
-        Err(e) => Err(Error::io(usize::MAX, "poll", e.into())),
+        Err(e) => Err(Error::local_io("poll", e.into())),
     }
 }
 

@@ -13,6 +13,10 @@ pub mod frame;
 use crate::error::{Error, Result};
 use crate::types::{Collective, DType, ReduceOp};
 
+/// The library version (also checked between ranks at start-up: every bootstrap hello
+/// carries it).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Size of an encoded header.
 pub const HEADER_LEN: usize = 40;
 const MAGIC: u16 = 0xB0C2;

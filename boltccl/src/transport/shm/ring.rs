@@ -605,6 +605,12 @@ fn copy_from_process(_: i32, _: usize, _: &mut [u8]) -> io::Result<()> {
     Err(io::ErrorKind::Unsupported.into())
 }
 
+/// A rank's position among the local ranks `group` (sorted) other than `owner`: its ring in
+/// `owner`'s inbox.
+pub(crate) fn slot(group: &[usize], owner: usize, rank: usize) -> usize {
+    group.iter().filter(|&&q| q != owner).position(|&q| q == rank).expect("rank is in the local group")
+}
+
 /// Whether this process can read `len` bytes at `addr` in process `pid`, and they are
 /// `expect` (set-up's check that pulls work between a pair: same user, no ptrace policy or
 /// container rule in the way).

@@ -8,11 +8,12 @@
 //! attach), and pass each other their inbox — a memory file and a doorbell — as file
 //! descriptors. The sockets stay open: their end of file says a peer process died.
 
-use super::ring::{can_pull, Inbox, PeerInbox, Pulls, RingPair};
+use super::ring::{can_pull, slot, Inbox, PeerInbox, Pulls, RingPair};
 use super::ShmChannel;
-use crate::bootstrap::{auth, PeerInfo};
+use crate::auth;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::host::{local_peers, PeerInfo};
 use crate::transport::mesh::Mesh;
 use crate::transport::Transport;
 use rustix::fd::{AsFd, OwnedFd};
@@ -38,9 +39,9 @@ impl Offer {
     /// Listen on a fresh abstract unix socket.
     pub(crate) fn bind() -> Result<Offer> {
         let name = socket_name();
-        let addr = SocketAddr::from_abstract_name(name.as_bytes())
-            .map_err(|e| Error::io(usize::MAX, "shared-memory set-up", e))?;
-        let listener = UnixListener::bind_addr(&addr).map_err(|e| Error::io(usize::MAX, "shared-memory set-up", e))?;
+        let addr =
+            SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| Error::local_io("shared-memory set-up", e))?;
+        let listener = UnixListener::bind_addr(&addr).map_err(|e| Error::local_io("shared-memory set-up", e))?;
         Ok(Offer { listener, name })
     }
 
@@ -55,21 +56,6 @@ fn socket_name() -> String {
     let mut b = [0u8; 16];
     getrandom::getrandom(&mut b).expect("the OS random source works");
     format!("boltccl-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>())
-}
-
-/// The ranks that share memory with `rank`: the same host identity, and both offer it.
-pub(crate) fn local_peers(peers: &[PeerInfo], rank: usize) -> Vec<usize> {
-    let me = &peers[rank];
-    if me.shm.is_none() || me.host_id.is_empty() {
-        return Vec::new();
-    }
-    (0..peers.len()).filter(|&q| q != rank && peers[q].shm.is_some() && peers[q].host_id == me.host_id).collect()
-}
-
-/// A rank's position among the local ranks `group` (sorted) other than `owner`: its ring in
-/// `owner`'s inbox.
-fn slot(group: &[usize], owner: usize, rank: usize) -> usize {
-    group.iter().filter(|&&q| q != owner).position(|&q| q == rank).expect("rank is in the local group")
 }
 
 /// Connect `mesh`'s ranks on this host with shared memory, moving those pairs off TCP.

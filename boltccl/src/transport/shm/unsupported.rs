@@ -1,9 +1,9 @@
 //! Shared-memory links between rank processes need abstract unix sockets (Linux); elsewhere
 //! ranks on one host use TCP (threads of one process still share rings).
 
-use crate::bootstrap::PeerInfo;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::host::PeerInfo;
 use crate::transport::mesh::Mesh;
 
 /// A rank's offer of shared memory: never made here.
@@ -19,11 +19,6 @@ impl Offer {
     pub(crate) fn name(&self) -> &str {
         ""
     }
-}
-
-/// No rank shares memory with another process here.
-pub(crate) fn local_peers(_: &[PeerInfo], _: usize) -> Vec<usize> {
-    Vec::new()
 }
 
 /// Nothing to attach.

@@ -7,9 +7,9 @@ use super::link::{Link, Shape, LINK_HDR};
 use super::loader::Verbs;
 use super::topology::{self, DeviceMatrix, MAX_CABLES};
 use super::{VerbsChannel, MAX_MESSAGE, PORT};
-use crate::algo::select::Cabling;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::topology::Cabling;
 use crate::transport::mesh::Mesh;
 use crate::transport::{Limits, RecvOp, SendOp, Transport};
 use crate::types::{Collective, DType, ReduceOp};
@@ -352,7 +352,7 @@ pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config, elsewhere: &[usi
         tracing::info!(rank, ?tcp_peers, "no RDMA device toward these ranks in the matrix: using TCP for them");
     }
     // An RDMA group is never all shared memory: its pieces are the network's.
-    let slot = (LINK_HDR + HEADER_LEN + crate::algo::select::chunk_bytes(cfg, cfg.world_size, false)).min(MAX_MESSAGE);
+    let slot = (LINK_HDR + HEADER_LEN + crate::topology::chunk_bytes(cfg, cfg.world_size, false)).min(MAX_MESSAGE);
     let shape = Shape { slot, recv_depth: cfg.ibv_recv_depth, send_depth: cfg.ibv_send_depth };
     let peers: Vec<usize> =
         (0..size).filter(|&p| p != rank && !tcp_peers.contains(&p) && !elsewhere.contains(&p)).collect();
