@@ -20,10 +20,10 @@ pub struct LaunchArgs {
     /// Extra environment for every rank (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
-    /// Do not pin local ranks to cores. By default, when local ranks outnumber the cores, rank
-    /// r is pinned to core r % cores, as mpirun does: it keeps the scheduler from shuffling
-    /// busy-polling ranks between cores (about 20% lower small-message latency at 4 ranks on
-    /// 2 cores).
+    /// Do not pin local ranks to cores. By default, when there are at least as many local ranks
+    /// as cores, rank r is pinned to core r % cores, as mpirun does: it keeps the scheduler
+    /// from shuffling busy-polling ranks between cores (about 20% lower small-message latency
+    /// at 4 ranks on 2 cores) and a rank's threads on its core.
     #[arg(long)]
     pub no_bind: bool,
     /// Kill everything if the job runs longer than this many seconds (0 = no limit).

@@ -141,3 +141,31 @@ fn launch_points_mlx_at_libboltccl_mpi_beside_it_unless_told_otherwise() {
     assert_eq!(run(Some("/mine.so"), &[]).matches("libname=/mine.so\n").count(), 2);
     assert_eq!(run(None, &["--env", "MLX_MPI_LIBNAME=/env.so"]).matches("libname=/env.so\n").count(), 2);
 }
+
+#[test]
+#[cfg(target_os = "linux")]
+fn launch_pins_ranks_to_cores_when_they_take_every_core() {
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let allowed = |n: usize, extra: &[&str]| -> Vec<String> {
+        let o = boltccl()
+            .args(["launch", "-n", &n.to_string()])
+            .args(extra)
+            .args(["--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"])
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        let mut lines: Vec<String> = out.lines().map(|l| l.split_whitespace().last().unwrap().to_string()).collect();
+        lines.sort();
+        lines
+    };
+    // A rank per core: rank r on core r.
+    assert_eq!(allowed(cores, &[]), (0..cores).map(|c| c.to_string()).collect::<Vec<_>>());
+    // Fewer ranks than cores, or --no-bind: every rank may use every core.
+    let all = allowed(1, &[]);
+    assert_eq!(all.len(), 1);
+    if cores > 1 {
+        assert_ne!(all[0], "0", "one rank of {cores} cores was pinned");
+    }
+    assert!(allowed(cores, &["--no-bind"]).iter().all(|l| *l == all[0]));
+}

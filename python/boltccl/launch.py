@@ -3,8 +3,8 @@
 The same launcher as the ``boltccl launch`` command (compiled into this package): every rank
 gets ``BOLTCCL_RANK``, ``BOLTCCL_WORLD_SIZE``, ``BOLTCCL_COORDINATOR`` (a free loopback port,
 or the first host's address), ``BOLTCCL_JOB_KEY`` (random) and ``BOLTCCL_LOCAL_WORLD_SIZE``;
-output lines are prefixed with the rank; local ranks are pinned to cores when they outnumber
-them; ``--hostfile`` starts one rank per host over ssh. A command ending in ``.py`` runs under
+output lines are prefixed with the rank; local ranks are pinned to cores when they take every
+core; ``--hostfile`` starts one rank per host over ssh. A command ending in ``.py`` runs under
 this Python; anything else is run as given (``-- ./prog``).
 
 MLX programs run over boltccl unchanged: unless ``MLX_MPI_LIBNAME`` is set, every rank gets it
