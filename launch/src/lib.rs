@@ -257,10 +257,8 @@ fn launch(job: &Job, sink: &Sink) -> Result<(i32, Vec<String>), String> {
             }
         };
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| format!("cannot start `{}`: {e}", job.command[0]))?;
-        if hosts.is_none() && job.pin {
-            bind_if_every_core_is_taken(&child, rank, n);
-        }
+        let core = (hosts.is_none() && job.pin).then(|| core_if_every_core_is_taken(rank, n)).flatten();
+        let mut child = spawn_on(&mut cmd, core).map_err(|e| format!("cannot start `{}`: {e}", job.command[0]))?;
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let sink = match sink {
             Sink::Print => Sink::Print,
@@ -290,20 +288,47 @@ fn launch(job: &Job, sink: &Sink) -> Result<(i32, Vec<String>), String> {
     Ok((code, outputs))
 }
 
-/// Pin local rank `rank` to one core when the `n` ranks leave no core free. Then each rank
-/// has a core's worth of CPU anyway, and on its own core a rank's threads hand work to each
-/// other (an MLX program's main and communication threads) without waking a core that
+/// The core local rank `rank` is pinned to when the `n` ranks leave no core free. Then each
+/// rank has a core's worth of CPU anyway, and on its own core a rank's threads hand work to
+/// each other (an MLX program's main and communication threads) without waking a core that
 /// another rank's polling keeps busy.
-fn bind_if_every_core_is_taken(child: &Child, rank: usize, n: usize) {
+fn core_if_every_core_is_taken(rank: usize, n: usize) -> Option<usize> {
     let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
-    if n < cores {
-        return;
+    (n >= cores).then_some(rank % cores)
+}
+
+/// Spawn `cmd`, on `core` alone if given. The child inherits the spawning thread's affinity,
+/// so this thread moves to the core for the spawn and back: the child runs pinned from its
+/// first instruction (pinning it after the spawn would race with the threads it starts).
+#[cfg(target_os = "linux")]
+fn spawn_on(cmd: &mut Command, core: Option<usize>) -> std::io::Result<Child> {
+    use rustix::process::{sched_getaffinity, sched_setaffinity, CpuSet};
+    let Some(core) = core else { return cmd.spawn() };
+    let mut one = CpuSet::new();
+    one.set(core);
+    let before = match sched_getaffinity(None) {
+        Ok(before) => before,
+        Err(e) => {
+            eprintln!("boltccl launch: could not read this thread's cores ({e}); the rank runs unpinned");
+            return cmd.spawn();
+        }
+    };
+    if let Err(e) = sched_setaffinity(None, &one) {
+        eprintln!("boltccl launch: could not pin a rank to core {core} ({e}); it runs unpinned");
+        return cmd.spawn();
     }
-    let mut set = rustix::process::CpuSet::new();
-    set.set(rank % cores);
-    if let Err(e) = rustix::process::sched_setaffinity(Some(rustix::process::Pid::from_child(child)), &set) {
-        eprintln!("boltccl launch: could not pin rank {rank} to core {}: {e}", rank % cores);
+    let child = cmd.spawn();
+    if let Err(e) = sched_setaffinity(None, &before) {
+        eprintln!("boltccl launch: could not restore this thread's cores ({e})");
     }
+    child
+}
+
+/// Spawn `cmd`: macOS has no way to pin a thread to a core, so ranks run where the OS puts
+/// them.
+#[cfg(not(target_os = "linux"))]
+fn spawn_on(cmd: &mut Command, _core: Option<usize>) -> std::io::Result<Child> {
+    cmd.spawn()
 }
 
 /// Wait for every rank; stop them all when one fails or the time limit passes. Returns the
