@@ -472,6 +472,7 @@ fn check_hello(
 /// The bootstrap's messages and decisions without sockets, for the fuzz harnesses and the
 /// hostile-peer tests (through `crate::fuzz`): valid messages to start from, and what a rank
 /// makes of any bytes it is sent.
+#[cfg(feature = "testing")]
 pub(crate) mod sans_io {
     use super::*;
 
