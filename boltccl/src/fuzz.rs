@@ -15,8 +15,8 @@ pub mod auth {
 }
 pub use crate::bootstrap::sans_io::{hello, join, reject_reply, table_reply, vet_hello, vet_join, vet_reply};
 pub use crate::transport::verbs::topology::DeviceMatrix;
-pub use crate::transport::verbs::{parse_endpoints, Endpoint, ENDPOINT_LEN};
 pub use crate::wire::frame::{Control, ControlDecoder, Incoming, Outgoing};
+pub use crate::wire::verbs::{parse_endpoints, Endpoint, ENDPOINT_LEN};
 pub use crate::wire::{abort_frame, check, part, Header, Kind, Phase, HEADER_LEN, MAX_REASON};
 
 /// The settings a rank with `cfg` and TCP links only sends in its `Hello`, which every rank

@@ -51,13 +51,16 @@ pub use transport::{InterruptCheck, LinkKind};
 pub use types::{Collective, DType, Element, ReduceOp, BYTE_CALLS, CALLS, TYPED_CALLS};
 pub use wire::VERSION;
 
-/// The reduction kernels, for the criterion benchmarks only: not part of the API.
+/// The reduction kernels, for the criterion benchmarks only: not part of the API (feature
+/// `testing`).
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod bench {
     pub use crate::reduce::{combine, fold, Order};
 }
 
 /// The parsers of bytes from other processes and the bootstrap steps, for the fuzz harnesses
-/// and hostile-peer tests only: not part of the API.
+/// and hostile-peer tests only: not part of the API (feature `testing`).
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod fuzz;

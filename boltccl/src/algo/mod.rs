@@ -32,6 +32,8 @@ pub mod plan;
 pub mod ring;
 pub mod ring_ops;
 pub mod select;
+#[cfg(test)]
+mod sim;
 
 use crate::error::{Error, Result};
 use crate::reduce::{combine, fold, Order};

@@ -24,8 +24,8 @@ use crate::auth;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::host::PeerInfo;
+use crate::wire::bootstrap::{Hello, Join, Reply};
 use crossbeam_channel::{unbounded, RecvTimeoutError};
-use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,46 +35,6 @@ use std::time::{Duration, Instant};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// At most this many connections are being vetted at once; more are dropped.
 const MAX_PENDING: usize = 64;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Hello {
-    rank: usize,
-    world_size: usize,
-    version: String,
-    settings: Vec<(String, String)>,
-    data_addr: SocketAddr,
-    host: String,
-    /// Which machine and network namespace this rank runs in (see [`crate::host::host_identity`]).
-    host_id: String,
-    /// Where this rank takes shared-memory links, when it offers them.
-    shm: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-enum Reply {
-    Table {
-        job: u64,
-        peers: Vec<PeerInfo>,
-    },
-    /// `timed_out`: the coordinator gave up at the init deadline (else the settings or ranks
-    /// are wrong).
-    Reject {
-        rank: Option<usize>,
-        what: String,
-        #[serde(default)]
-        timed_out: bool,
-    },
-}
-
-/// What a rank dialling a lower one says first: whose connection this is. Streams
-/// `0..BOLTCCL_TCP_STREAMS` carry data; stream `BOLTCCL_TCP_STREAMS` (one past them) is the
-/// pair's control connection, between ranks other than 0.
-#[derive(Debug, Serialize, Deserialize)]
-struct Join {
-    job: u64,
-    rank: usize,
-    stream: usize,
-}
 
 fn key_of(cfg: &Config) -> Vec<u8> {
     match &cfg.job_key {
@@ -512,6 +472,7 @@ fn check_hello(
 /// The bootstrap's messages and decisions without sockets, for the fuzz harnesses and the
 /// hostile-peer tests (through `crate::fuzz`): valid messages to start from, and what a rank
 /// makes of any bytes it is sent.
+#[cfg(feature = "testing")]
 pub(crate) mod sans_io {
     use super::*;
 

@@ -6,9 +6,15 @@
 //! that call different collectives, or the same one with different arguments, fail instead of
 //! hanging or computing garbage.
 //!
-//! [`frame`] turns headers and payloads into byte streams and back, without any I/O.
+//! [`frame`] turns headers and payloads into byte streams and back, without any I/O. The other
+//! formats that cross processes live here too: the bootstrap's messages ([`bootstrap`]), the
+//! shared-memory hello (`shm`, Linux) and the RDMA endpoint ([`verbs`]).
 
+pub(crate) mod bootstrap;
 pub mod frame;
+#[cfg(target_os = "linux")]
+pub(crate) mod shm;
+pub mod verbs;
 
 use crate::error::{Error, Result};
 use crate::types::{Collective, DType, ReduceOp};

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::host::{local_peers, PeerInfo};
 use crate::transport::mesh::Mesh;
 use crate::transport::Transport;
+use crate::wire::shm::{Hello, HELLO_LEN};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
@@ -92,7 +93,7 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
             auth::client_over(&mut s, format!("rank {q} (shared memory)"), &key)?;
             send_inbox(&s, &inbox, hello).map_err(|e| Error::io(q, "passing shared memory", e))?;
             let (got, files) = recv_inbox(&s).map_err(|e| Error::io(q, "receiving shared memory", e))?;
-            check_hello(got, job, q)?;
+            got.check(job, q)?;
             theirs[q] = Some(open(files, q, &local, cfg)?);
             hellos[q] = Some(got);
             sockets[q] = Some(s);
@@ -176,7 +177,7 @@ fn vet(
     auth::server_over(&mut s, "a local process (shared memory)".into(), key)?;
     let (got, files) = recv_inbox(&s).map_err(|e| Error::io(rank, "receiving shared memory", e))?;
     let q = got.rank as usize;
-    check_hello(got, job, q)?;
+    got.check(job, q)?;
     if q <= rank || !local.contains(&q) || seen[q].is_some() {
         return Err(Error::Protocol {
             from: format!("rank {q}"),
@@ -184,32 +185,6 @@ fn vet(
         });
     }
     Ok((got, s, files))
-}
-
-/// What a rank says with its inbox: which job and rank it is, and where a word of its memory
-/// holding the job id is, for the peer to check it can pull from this process.
-#[derive(Clone, Copy)]
-struct Hello {
-    job: u64,
-    rank: u32,
-    pid: u32,
-    probe: u64,
-}
-
-/// Bytes of an encoded hello.
-const HELLO_LEN: usize = 24;
-
-fn check_hello(h: Hello, job: u64, q: usize) -> Result<()> {
-    if h.job != job || h.rank as usize != q {
-        return Err(Error::Protocol {
-            from: format!("rank {q}"),
-            detail: format!(
-                "shared-memory hello for job {:#x} rank {} (expected job {job:#x} rank {q})",
-                h.job, h.rank
-            ),
-        });
-    }
-    Ok(())
 }
 
 fn open(files: [OwnedFd; 2], q: usize, local: &[usize], cfg: &Config) -> Result<PeerInbox> {
@@ -253,11 +228,7 @@ fn accept(listener: &UnixListener, deadline: Instant) -> std::io::Result<UnixStr
 
 /// Send our hello and inbox (its memory file and doorbell) in one message.
 fn send_inbox(s: &UnixStream, inbox: &Inbox, h: Hello) -> std::io::Result<()> {
-    let mut msg = [0u8; HELLO_LEN];
-    msg[..8].copy_from_slice(&h.job.to_le_bytes());
-    msg[8..12].copy_from_slice(&h.rank.to_le_bytes());
-    msg[12..16].copy_from_slice(&h.pid.to_le_bytes());
-    msg[16..].copy_from_slice(&h.probe.to_le_bytes());
+    let msg = h.encode();
     let files = inbox.files();
     let mut space = [0u8; rustix::cmsg_space!(ScmRights(2))];
     let mut cmsg = SendAncillaryBuffer::new(&mut space);
@@ -286,12 +257,7 @@ fn recv_inbox(s: &UnixStream) -> std::io::Result<(Hello, [OwnedFd; 2])> {
     if r.bytes != msg.len() || fds.len() != 2 {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a malformed shared-memory hello"));
     }
-    let h = Hello {
-        job: u64::from_le_bytes(msg[..8].try_into().expect("8 bytes")),
-        rank: u32::from_le_bytes(msg[8..12].try_into().expect("4 bytes")),
-        pid: u32::from_le_bytes(msg[12..16].try_into().expect("4 bytes")),
-        probe: u64::from_le_bytes(msg[16..].try_into().expect("8 bytes")),
-    };
+    let h = Hello::decode(&msg);
     let bell = fds.pop().expect("two fds");
     let seg = fds.pop().expect("two fds");
     Ok((h, [seg, bell]))

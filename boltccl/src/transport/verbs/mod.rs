@@ -20,8 +20,8 @@ pub mod regcache;
 mod setup;
 pub mod topology;
 
+pub use setup::ipv4_gids;
 pub(crate) use setup::{attach, plan};
-pub use setup::{ipv4_gids, parse_endpoints, Endpoint, ENDPOINT_LEN};
 
 use super::progress::{Channel, Wake};
 use super::{LinkKind, OnRecv, RecvOp, SendOp};
