@@ -38,6 +38,15 @@ if ! bash examples/llm/fetch-model.sh; then
     fi
     echo "WARNING: could not fetch SmolLM2; the end-to-end inference tests will skip"
 fi
+# llama.cpp (llama-cpp-python in target/llama-venv, built once: minutes) for the inference
+# example's cross-check (examples/llm/tests/llama_cpp.rs), under the same rule.
+if ! bash scripts/llama-venv.sh >/dev/null; then
+    if [ -n "${CI:-}" ] && [ "${CI}" != "false" ] && [ "${CI}" != "0" ]; then
+        echo "could not install llama-cpp-python, and CI is set: the llama.cpp cross-check must run" >&2
+        exit 1
+    fi
+    echo "WARNING: could not install llama-cpp-python; the llama.cpp cross-check will skip"
+fi
 
 step "tests"
 # The header is installed above, so the verbs ABI layout test must run, not skip.

@@ -72,12 +72,25 @@ fn a_timeout_poisons_the_group_with_the_original_cause() {
 
 #[test]
 fn mismatched_send_and_recv_fail_on_both_sides() {
-    let out = on_all(world(2), |r, g| if r == 0 { g.send(&[1f32; 10], 1) } else { g.recv(&mut [0f32; 9], 0) });
-    let e1 = out[1].as_ref().unwrap_err();
+    // Each rank: the send's or recv's result, then a barrier's (the next call on the group).
+    let out = on_all(world(2), |r, g| {
+        let first = if r == 0 { g.send(&[1f32; 10], 1) } else { g.recv(&mut [0f32; 9], 0) };
+        (first, g.barrier())
+    });
+    let e1 = out[1].0.as_ref().unwrap_err();
     assert!(e1.to_string().contains("10 float32"), "{e1}");
-    // The sender's message may already be on its way: it learns through the abort.
-    let (a, b) = (out[0].is_err(), out[1].is_err());
-    assert!(b && (a || out[0].is_ok()));
+    assert_eq!(e1.kind(), ErrorKind::Mismatch, "{e1}");
+    assert_eq!(e1.rank(), Some(0), "the receiver blames the sender: {e1}");
+    // The sender's message may already be on its way, so its send may succeed; then it learns
+    // through the receiver's abort, and its next call fails (at once, not at the deadline).
+    let (send, next) = &out[0];
+    let e0 =
+        send.as_ref().err().unwrap_or_else(|| next.as_ref().expect_err("the sender never learned of the mismatch"));
+    assert_eq!(e0.kind(), ErrorKind::Aborted, "the sender learns through the abort, not a timeout: {e0}");
+    assert_eq!(e0.rank(), Some(1), "{e0}");
+    assert!(e0.to_string().contains("10 float32"), "the sender is told why: {e0}");
+    // Both groups are poisoned.
+    assert!(out[1].1.is_err(), "the receiver's group is still usable after a mismatch");
 }
 
 #[test]

@@ -3,16 +3,19 @@
 //! and return (the bug this file was written for: at 2 ranks, root 0 on rank 0 and root 1 on
 //! rank 1 returned normally on both).
 //!
-//! Covered: 2, 3 and 4 ranks; in process (threads) and over TCP (ranks as threads of this
-//! process, each forming its group over loopback); small buffers (the root sends to everyone),
-//! large ones (scatter then all-gather) and the ring. The rank processes of the mismatch matrix
-//! (`mismatch.rs`) repeat the root cases over TCP between processes.
+//! Covered: 2, 3 and 4 ranks; in process (threads), and ranks as threads of this process each
+//! forming its group over TCP (loopback), shared memory and verbs (softverbs; 2 and 3 ranks),
+//! each test checking that its links are of the kind it names; small buffers (the root sends to
+//! everyone), large ones (scatter then all-gather) and the ring. The rank processes of the
+//! mismatch matrix (`mismatch.rs`) repeat the root cases between processes over TCP and shared
+//! memory.
 
 mod common;
 
-use boltccl::{Algo, Config, Error, Group};
+use boltccl::{Algo, Backend, Config, Error, Group, LinkKind};
 use common::harness::free_port;
 use common::threads::{on_threads, ranks_on_threads};
+use common::verbs::thread_cfg;
 use std::time::{Duration, Instant};
 
 /// Root assignments that disagree somewhere, for `n` ranks.
@@ -85,15 +88,20 @@ fn disagreeing_roots_fail_on_every_rank_in_process() {
     }
 }
 
-#[test]
-fn disagreeing_roots_fail_on_every_rank_over_tcp() {
-    for n in 2..=4 {
+/// Ranks as threads forming their group over `backend`, `sizes` of them; every link must be of
+/// the kind `link`.
+fn disagreeing_roots_over(backend: Backend, link: LinkKind, sizes: std::ops::RangeInclusive<usize>) {
+    for n in sizes {
         for algo in [Algo::Auto, Algo::Ring] {
             for (size, count) in SIZES {
                 for roots in disagreements(n) {
                     let port = free_port();
                     let roots2 = roots.clone();
                     let outs = ranks_on_threads(n, move |r| {
+                        let base = match backend {
+                            Backend::Verbs => thread_cfg(r, n, port, Duration::from_secs(30)),
+                            _ => Config { backend, ..Config::default() },
+                        };
                         let cfg = Config {
                             rank: r,
                             world_size: n,
@@ -102,16 +110,42 @@ fn disagreeing_roots_fail_on_every_rank_over_tcp() {
                             algo,
                             timeout: Duration::from_secs(30),
                             init_timeout: Duration::from_secs(20),
-                            ..Config::default()
+                            ..base
                         };
-                        let g = Group::new(cfg).expect("group forms");
+                        // A rank still forming its group when the others (done forming) find the
+                        // mismatch learns of it there (seen over verbs): its outcome is that error.
+                        let g = match Group::new(cfg) {
+                            Ok(g) => g,
+                            Err(e @ Error::Aborted { .. }) => return (Err(e), Duration::ZERO, Vec::new()),
+                            Err(e) => panic!("rank {r}: the group does not form: {e}"),
+                        };
+                        for q in (0..n).filter(|&q| q != r) {
+                            assert_eq!(g.link_kind(q).unwrap(), link, "rank {r}'s link to rank {q} over {backend:?}");
+                        }
                         outcome(&g, &roots2, count)
                     });
-                    check(&format!("TCP, {n} ranks, {algo:?}, {size}"), &roots, outs);
+                    check(&format!("{backend:?}, {n} ranks, {algo:?}, {size}"), &roots, outs);
                 }
             }
         }
     }
+}
+
+#[test]
+fn disagreeing_roots_fail_on_every_rank_over_tcp() {
+    disagreeing_roots_over(Backend::Tcp, LinkKind::Tcp, 2..=4);
+}
+
+#[test]
+fn disagreeing_roots_fail_on_every_rank_over_shared_memory() {
+    disagreeing_roots_over(Backend::Shm, LinkKind::SharedMemory, 2..=4);
+}
+
+/// At 2 and 3 ranks: softverbs allows a process 10 queue pairs a device, as Apple's provider
+/// does, and 4 ranks as threads of one process need 12.
+#[test]
+fn disagreeing_roots_fail_on_every_rank_over_verbs() {
+    disagreeing_roots_over(Backend::Verbs, LinkKind::Rdma, 2..=3);
 }
 
 /// The fix adds frames, not a hang or a changed answer: agreeing roots still broadcast, every

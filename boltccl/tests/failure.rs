@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::harness::{is_worker, Job, Ranks};
+use common::harness::{is_worker, one_job_at_a_time, Job, Ranks};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -82,7 +82,11 @@ fn failure_worker() {
 /// The links every failure scenario runs over: TCP sockets and shared memory.
 const BACKENDS: [&str; 2] = ["tcp", "shm"];
 
+/// Rank 2 of 4 killed or stopped mid-call: (rank, ms from the signal to its error, the error)
+/// of every other rank. One job at a time: two 4-rank jobs at once on a 2-core machine starve
+/// each other's ranks, and the callers time how soon each rank hears of it.
 fn dead_or_stalled_rank(scenario: &str, backend: &str, timeout_ms: u64) -> Vec<(usize, u128, String)> {
+    let _one = one_job_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let stamp = dir.path().join("stamp");
     let victim = 2usize;
@@ -121,17 +125,24 @@ fn dead_or_stalled_rank(scenario: &str, backend: &str, timeout_ms: u64) -> Vec<(
                 "rank {}: later error does not keep the cause: {again}",
                 o.rank
             );
-            (o.rank, at.saturating_sub(stamp), err)
+            // An error before the signal is not caused by it: a failure, not "0 ms".
+            let after = at
+                .checked_sub(stamp)
+                .unwrap_or_else(|| panic!("rank {} failed {} ms before the signal: {err}", o.rank, stamp - at));
+            (o.rank, after, err)
         })
         .collect()
 }
 
 #[test]
-fn killed_rank_is_named_by_every_survivor_within_2s() {
+fn killed_rank_is_named_by_every_survivor_long_before_the_deadline() {
     for backend in BACKENDS {
-        for (rank, after, err) in dead_or_stalled_rank("kill", backend, 30_000) {
+        // Long before the deadline: within a tenth of it (3 s of 30 s).
+        let timeout = 30_000;
+        for (rank, after, err) in dead_or_stalled_rank("kill", backend, timeout) {
             assert!(err.contains("rank 2"), "{backend}: rank {rank}: error does not name rank 2: {err}");
-            assert!(after < 2_000, "{backend}: rank {rank} took {after} ms to notice: {err}");
+            let limit = timeout as u128 / 10;
+            assert!(after < limit, "{backend}: rank {rank} took {after} ms to notice (limit {limit}): {err}");
         }
     }
 }
@@ -139,10 +150,17 @@ fn killed_rank_is_named_by_every_survivor_within_2s() {
 #[test]
 fn stopped_rank_fails_the_others_at_the_deadline() {
     for backend in BACKENDS {
-        for (rank, after, err) in dead_or_stalled_rank("stop", backend, 2_000) {
+        // At the deadline: from three quarters of it (it counts from the last progress, a little
+        // before the stop) to five times it.
+        let timeout = 2_000;
+        for (rank, after, err) in dead_or_stalled_rank("stop", backend, timeout) {
             assert!(err.contains("rank 2"), "{backend}: rank {rank}: error does not name rank 2: {err}");
             assert!(err.contains("timed out"), "{backend}: rank {rank}: not a timeout: {err}");
-            assert!((1_500..10_000).contains(&after), "{backend}: rank {rank} failed {after} ms after the stop: {err}");
+            let t = timeout as u128;
+            assert!(
+                (t * 3 / 4..t * 5).contains(&after),
+                "{backend}: rank {rank} failed {after} ms after the stop: {err}"
+            );
         }
     }
 }

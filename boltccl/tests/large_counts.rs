@@ -1,10 +1,12 @@
 //! Large counts:
 //! - an int8 all_sum of more than 2^31 elements (about 2 GiB a rank) at 2 ranks, processes over
-//!   TCP: every element exact (the inputs repeat every 251 bytes, a prime, so an index that
-//!   wrapped at 2^31 or 2^32, or a block landing in the wrong place, shows);
+//!   TCP and over shared memory (each test checks its links are of the kind it names): every
+//!   element exact (the inputs repeat every 251 bytes, a prime, so an index that wrapped at
+//!   2^31 or 2^32, or a block landing in the wrong place, shows);
 //! - small chunks (64 bytes) so that the step and piece numbers of the message header pass
 //!   4096 (what the old 12-bit fields held) in the direct all-reduce, point-to-point, the ring
-//!   all-gather and the ring broadcast: every element exact, in process and over TCP.
+//!   all-gather and the ring broadcast: every element exact, in process, over TCP and over
+//!   shared memory.
 //!
 //! - the header packing is checked in every build: a step or piece too large to number is an
 //!   `InvalidArgument` error, never two pieces with one number (`packing_is_checked_in_this_build`,
@@ -16,8 +18,8 @@
 
 mod common;
 
-use boltccl::{Algo, Config, Group};
-use common::harness::{free_port, is_worker, results, Job};
+use boltccl::{Algo, Backend, Config, Group, LinkKind};
+use common::harness::{free_port, is_worker, one_job_at_a_time, results, Job};
 use common::threads::{on_threads, ranks_on_threads};
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,8 @@ fn large_worker() {
     boltccl::log_to_stderr();
     let g = boltccl::init().unwrap_or_else(|e| panic!("init: {e}"));
     let (r, p) = (g.rank(), g.size());
+    let link = g.link_kind((r + 1) % p).unwrap();
+    assert_eq!(format!("{link:?}"), env("EXPECT_LINK"), "the test runs over another transport than it names");
     let n: usize = env("LARGE_COUNT").parse().unwrap();
     let mine = period(r);
     let t = Instant::now();
@@ -68,24 +72,38 @@ fn large_worker() {
     println!("RESULT exact {n} {} {}", filled.as_millis(), took.as_millis());
 }
 
-/// More than 2^31 int8 elements at 2 ranks over TCP, exact. About 2 GiB a rank; each rank's
-/// buffer is one allocation of 2^31 + 4099 bytes.
-#[test]
-#[ignore = "release build: scripts/test.sh runs it"]
-fn int8_all_sum_of_more_than_2_31_elements_at_2_ranks() {
+/// More than 2^31 int8 elements at 2 rank processes over `backend`, exact. About 2 GiB a rank;
+/// each rank's buffer is one allocation of 2^31 + 4099 bytes. One job at a time: two would
+/// need twice the memory.
+fn int8_all_sum_of_more_than_2_31_elements(backend: &str, link: LinkKind) {
+    let _one = one_job_at_a_time();
     let n = (1usize << 31) + 4099;
     let t = Instant::now();
     let outs = Job::new(2, "large_worker")
         .env("LARGE_COUNT", n.to_string())
         .env("BOLTCCL_TIMEOUT_MS", "120000")
+        .env("BOLTCCL_BACKEND", backend)
+        .env("EXPECT_LINK", format!("{link:?}"))
         .spawn()
         .wait(Duration::from_secs(900));
     for line in results(&outs, "RESULT ") {
         let v: Vec<&str> = line.split(' ').collect();
         assert_eq!(v[0], "exact");
-        eprintln!("{n} int8 elements at 2 ranks over TCP: filled in {} ms, all_sum in {} ms", v[2], v[3]);
+        eprintln!("{n} int8 elements at 2 ranks over {link:?}: filled in {} ms, all_sum in {} ms", v[2], v[3]);
     }
-    eprintln!("2^31 + 4099 int8 all_sum: {:.1?} in all", t.elapsed());
+    eprintln!("2^31 + 4099 int8 all_sum over {link:?}: {:.1?} in all", t.elapsed());
+}
+
+#[test]
+#[ignore = "release build: scripts/test.sh runs it"]
+fn int8_all_sum_of_more_than_2_31_elements_at_2_ranks_over_tcp() {
+    int8_all_sum_of_more_than_2_31_elements("tcp", LinkKind::Tcp);
+}
+
+#[test]
+#[ignore = "release build: scripts/test.sh runs it"]
+fn int8_all_sum_of_more_than_2_31_elements_at_2_ranks_over_shared_memory() {
+    int8_all_sum_of_more_than_2_31_elements("shm", LinkKind::SharedMemory);
 }
 
 /// Rank `r`'s value at `i`, for the small-chunk calls: every rank and index different.
@@ -172,9 +190,10 @@ fn steps_and_pieces_past_4096_in_process() {
     assert!(outs.iter().all(Result::is_ok), "{outs:?}");
 }
 
-#[test]
-#[ignore = "release build: scripts/test.sh runs it"]
-fn steps_and_pieces_past_4096_over_tcp() {
+/// The small-chunk calls with ranks as threads that form their group over `backend`, each
+/// checking that its links are of the kind `link`. (Beside the 2^31-element jobs: these need
+/// little memory.)
+fn steps_and_pieces_past_4096_over(backend: Backend, link: LinkKind) {
     for (n, algo) in [(2usize, Algo::Direct), (3, Algo::Ring)] {
         let port = free_port();
         let outs = ranks_on_threads(n, move |r| {
@@ -184,15 +203,32 @@ fn steps_and_pieces_past_4096_over_tcp() {
                 coordinator: Some(format!("127.0.0.1:{port}")),
                 job_key: Some("large".into()),
                 init_timeout: Duration::from_secs(20),
+                backend,
                 ..cfg(algo)
             })
             .map_err(|e| e.to_string())?;
+            let kinds: Vec<LinkKind> = (0..n).filter(|&q| q != r).map(|q| g.link_kind(q).unwrap()).collect();
+            if kinds.iter().any(|&k| k != link) {
+                return Err(format!("rank {r}: links {kinds:?}, not {link:?}"));
+            }
             if algo == Algo::Direct {
                 small_chunk_calls(&g)
             } else {
                 ring_calls(&g)
             }
         });
-        assert!(outs.iter().all(Result::is_ok), "{n} ranks {algo:?}: {outs:?}");
+        assert!(outs.iter().all(Result::is_ok), "{n} ranks {algo:?} over {backend:?}: {outs:?}");
     }
+}
+
+#[test]
+#[ignore = "release build: scripts/test.sh runs it"]
+fn steps_and_pieces_past_4096_over_tcp() {
+    steps_and_pieces_past_4096_over(Backend::Tcp, LinkKind::Tcp);
+}
+
+#[test]
+#[ignore = "release build: scripts/test.sh runs it"]
+fn steps_and_pieces_past_4096_over_shared_memory() {
+    steps_and_pieces_past_4096_over(Backend::Shm, LinkKind::SharedMemory);
 }

@@ -11,11 +11,12 @@
 //! data is on its way, as MPI's does: a rank whose send returned must fail its next call.
 //!
 //! One set of rank processes runs every case in turn, each case a group of its own on its own
-//! coordinator port (a failed group is poisoned).
+//! coordinator port (a failed group is poisoned). The matrix runs over TCP and over shared
+//! memory; every rank checks that its links are of the kind the test names.
 
 mod common;
 
-use boltccl::{DType, Group, ReduceOp};
+use boltccl::{DType, Group, LinkKind, ReduceOp};
 use common::harness::{free_port, is_worker, Job, RankOutput};
 use std::time::{Duration, Instant};
 
@@ -147,6 +148,10 @@ fn mismatch_worker() {
                 continue;
             }
         };
+        for q in (0..n).filter(|&q| q != rank) {
+            let kind = format!("{:?}", g.link_kind(q).unwrap());
+            assert_eq!(kind, env("EXPECT_LINK"), "case {i}: the link to rank {q} is not what the test names");
+        }
         // send/recv partners: the odd rank and rank 0 (or rank 1, when the odd rank is 0).
         let other = if odd == 0 { 1 } else { 0 };
         let partner = if mine { other } else { odd };
@@ -230,12 +235,14 @@ fn shown(case: &Case) -> Vec<Vec<String>> {
     }
 }
 
-fn matrix(n: usize) {
+fn matrix(n: usize, backend: &str, link: LinkKind) {
     let all = cases(n);
     let ports: Vec<String> = all.iter().map(|_| free_port().to_string()).collect();
     let t = Instant::now();
     let outs = Job::new(n, "mismatch_worker")
         .env("MM_PORTS", ports.join(","))
+        .env("BOLTCCL_BACKEND", backend)
+        .env("EXPECT_LINK", format!("{link:?}"))
         .env("BOLTCCL_TIMEOUT_MS", "30000")
         .env("BOLTCCL_INIT_TIMEOUT_MS", "20000")
         .spawn()
@@ -272,20 +279,38 @@ fn matrix(n: usize) {
             }
         }
     }
-    eprintln!("mismatch matrix at {n} ranks: {} cases in {elapsed:.1?}, slowest rank error {slowest} ms", all.len());
+    eprintln!(
+        "mismatch matrix at {n} ranks over {link:?}: {} cases in {elapsed:.1?}, slowest rank error {slowest} ms",
+        all.len()
+    );
 }
 
 #[test]
-fn mismatch_matrix_2_ranks() {
-    matrix(2);
+fn mismatch_matrix_2_ranks_over_tcp() {
+    matrix(2, "tcp", LinkKind::Tcp);
 }
 
 #[test]
-fn mismatch_matrix_3_ranks() {
-    matrix(3);
+fn mismatch_matrix_3_ranks_over_tcp() {
+    matrix(3, "tcp", LinkKind::Tcp);
 }
 
 #[test]
-fn mismatch_matrix_4_ranks() {
-    matrix(4);
+fn mismatch_matrix_4_ranks_over_tcp() {
+    matrix(4, "tcp", LinkKind::Tcp);
+}
+
+#[test]
+fn mismatch_matrix_2_ranks_over_shared_memory() {
+    matrix(2, "shm", LinkKind::SharedMemory);
+}
+
+#[test]
+fn mismatch_matrix_3_ranks_over_shared_memory() {
+    matrix(3, "shm", LinkKind::SharedMemory);
+}
+
+#[test]
+fn mismatch_matrix_4_ranks_over_shared_memory() {
+    matrix(4, "shm", LinkKind::SharedMemory);
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::harness::Job;
-use common::harness::{results, Ranks};
+use common::harness::{one_job_at_a_time, results, Ranks};
 use common::verbs::*;
 use std::time::{Duration, Instant};
 
@@ -88,15 +88,20 @@ fn lossy_all_sums(extra: &[(&'static str, &str)], min_exact: usize) {
     faulty_all_sums(&faults, min_exact);
 }
 
-/// 2 ranks (threads of one process) over softverbs injecting `faults` run all_sums of random
-/// lengths, forming a new group after each failure: every result is exact or an error (a
-/// wrong element fails the worker), some of each.
+/// 2 ranks (threads of one process) over softverbs injecting `faults` run a fixed number of
+/// all_sums of random lengths, forming a new group after each failure: every result is exact
+/// or an error (a wrong element fails the worker), some of each. One job at a time: the groups'
+/// deadline is short (100 ms), and jobs side by side on 2 cores would time out for want of a
+/// core rather than for the faults.
 fn faulty_all_sums(faults: &[(&'static str, &str)], min_exact: usize) {
+    let _one = one_job_at_a_time();
     let mut env = verbs_env(2);
     env.extend([("BOLTCCL_TEST_WORKLOAD", "drop".into()), ("SOFTVERBS_SEED", "12345".into())]);
     env.extend(faults.iter().map(|&(k, v)| (k, v.to_string())));
     let t = Instant::now();
-    let outs = Ranks::spawn(1, "verbs_worker", &env).wait(Duration::from_secs(90));
+    // A hang guard, not a speed test: every operation ends by its deadline at the latest.
+    let limit = DROP_DEADLINE * drop_ops(&env) as u32 + Duration::from_secs(60);
+    let outs = Ranks::spawn(1, "verbs_worker", &env).wait(limit);
     let r = results(&outs, "RESULT ").pop().unwrap();
     let v: Vec<usize> = r.split(' ').map(|x| x.parse().unwrap()).collect();
     eprintln!("{faults:?}: {} exact, {} errors, 0 wrong over {} groups in {:.1?}", v[0], v[1], v[2], t.elapsed());

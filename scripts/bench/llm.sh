@@ -28,9 +28,8 @@ cargo build -q --release -p boltccl-cli -p boltccl-llm
 B="$ROOT/target/release"
 LLM=("$B/boltccl-llm" --model "$M" --prompt "$PROMPT" --max-tokens "$TOKENS")
 LLAMA_PY="${LLAMA_PY:-$ROOT/target/llama-venv/bin/python}"
-if [ "$LLAMA_PY" = "$ROOT/target/llama-venv/bin/python" ] && ! "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then
-  python3 -m venv "$ROOT/target/llama-venv"
-  "$LLAMA_PY" -m pip install -q --disable-pip-version-check "llama-cpp-python==0.3.36"
+if [ "$LLAMA_PY" = "$ROOT/target/llama-venv/bin/python" ]; then
+  bash "$ROOT/scripts/llama-venv.sh" >/dev/null
 fi
 have_llama=0
 if [ "$LLAMA_PY" != none ] && "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then have_llama=1; fi

@@ -7,11 +7,15 @@
 //! memory, RDMA) are doing, and without a relay that a stalled rank could hold up: in a ring,
 //! the ranks beyond a stalled rank's neighbour wait on that neighbour, and learn whom it waits
 //! for only from what it sends them (its waiting note, then its abort).
+//!
+//! An abort that blames a third rank is a report this rank checks against its own connection
+//! to the accused before it repeats it (see [`Claim`]): any rank holding the job key can send
+//! an abort, and one must not get an honest rank blamed on every other.
 
 use super::progress::Control;
 use crate::error::Error;
 use crate::wire::frame::{self, ControlDecoder};
-use crate::wire::{abort_frame, Header};
+use crate::wire::{abort_frame, relayed, Header};
 use rustix::event::{PollFd, PollFlags};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -19,6 +23,10 @@ use std::time::{Duration, Instant};
 
 /// How long a failing rank tries to write an abort or goodbye frame.
 const BRIEFLY: Duration = Duration::from_millis(200);
+/// How long a report about a third rank waits for this rank's own connection to the accused to
+/// bear it out (see [`Claim`]). A true report is borne out within moments: a dead process's
+/// connections all close at once, and a rank that aborts tells every rank directly.
+const CORROBORATE: Duration = Duration::from_secs(1);
 
 /// The control connection to one rank.
 struct Spoke {
@@ -28,6 +36,41 @@ struct Spoke {
     departed: bool,
     /// The rank it said it timed out waiting on.
     waits: Option<usize>,
+    /// It sent an abort: it is alive, and failing.
+    aborted: bool,
+    /// The reason of the first abort it sent in its own name.
+    own_abort: Option<String>,
+    /// Aborts it sent that blame another rank, not yet judged (see [`Claim`]).
+    claims: Vec<Error>,
+}
+
+/// An abort from rank `reporter` that blames another rank, `error.rank()`: that it is gone
+/// (`PeerLost`) or that it aborted (`Aborted`).
+///
+/// The promise: a rank repeats such a report only where its own connection to the accused
+/// bears it out — that connection closed (the accused is gone), or, for an abort, the
+/// accused's own abort came on it, with the same reason. Where it does not — the accused is
+/// this rank itself; it is reported gone but its own abort came, so it is alive; its own abort
+/// gives another reason; or its connection stays open and silent for [`CORROBORATE`] — the
+/// report is false, and this rank blames the reporter:
+/// `Aborted { rank: reporter }`, `Error::rank()` naming it. Honest ranks never send a report
+/// their peers cannot bear out: a rank's death closes all its connections, an aborting rank
+/// tells every rank itself, and a rank that caught a false report passes it on as its own abort
+/// (`MeshControl::abort`), which every rank can check.
+struct Claim {
+    reporter: usize,
+    error: Error,
+    since: Instant,
+}
+
+/// What this rank makes of a [`Claim`] so far.
+enum Verdict {
+    /// Borne out: repeat it.
+    Believe,
+    /// False: blame the reporter, with this error.
+    False(Error),
+    /// Not yet known.
+    Wait,
 }
 
 /// One rank's end of the control mesh.
@@ -38,6 +81,10 @@ pub(crate) struct MeshControl {
     aborted: bool,
     /// The rank this one said it timed out waiting on.
     waits: Option<usize>,
+    /// Reports about third ranks waiting for this rank's own connection to bear them out.
+    claims: Vec<Claim>,
+    /// Ranks this one caught sending a false report.
+    liars: Vec<usize>,
 }
 
 impl MeshControl {
@@ -51,12 +98,58 @@ impl MeshControl {
                     stream.set_write_timeout(None)?;
                     stream.set_nonblocking(true)?;
                     stream.set_nodelay(true)?;
-                    Ok(Spoke { stream, decoder: ControlDecoder::default(), departed: false, waits: None })
+                    Ok(Spoke {
+                        stream,
+                        decoder: ControlDecoder::default(),
+                        departed: false,
+                        waits: None,
+                        aborted: false,
+                        own_abort: None,
+                        claims: Vec::new(),
+                    })
                 })
                 .transpose()
             })
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(MeshControl { rank, spokes, aborted: false, waits: None })
+        Ok(MeshControl { rank, spokes, aborted: false, waits: None, claims: Vec::new(), liars: Vec::new() })
+    }
+
+    /// Judge `claim` by this rank's own connection to the accused.
+    fn judge(&self, claim: &Claim) -> Verdict {
+        let (accused, what, said) = match &claim.error {
+            Error::PeerLost { rank, detail } => (*rank, format!("rank {rank} is gone ({detail})"), None),
+            Error::Aborted { rank, reason } => {
+                (*rank, format!("rank {rank} aborted the group ({reason})"), Some(reason))
+            }
+            _ => return Verdict::Believe,
+        };
+        // The same reason as the accused gave, but for a character the wire cut in two where it
+        // shortens a long reason (relayed reasons are shortened again).
+        let same = |theirs: &str| {
+            let (a, b) = (theirs.trim_end_matches('\u{FFFD}'), said.map_or("", |r| r.trim_end_matches('\u{FFFD}')));
+            a.starts_with(b) || b.starts_with(a)
+        };
+        let why = match self.spokes.get(accused).and_then(Option::as_ref) {
+            _ if accused == self.rank => format!("this rank is rank {accused}, and alive"),
+            None => format!("there is no rank {accused}"),
+            // What the accused said itself comes before its departure, which may follow it.
+            Some(s) if said.is_none() && s.aborted => {
+                format!("rank {accused} was alive: an abort of its own came to this rank")
+            }
+            Some(s) if s.own_abort.as_deref().is_some_and(same) => return Verdict::Believe,
+            Some(s) if s.own_abort.is_some() => {
+                format!("rank {accused}'s own abort, which came to this rank, gives another reason")
+            }
+            Some(s) if s.departed => return Verdict::Believe,
+            Some(_) if claim.since.elapsed() >= CORROBORATE => {
+                format!("rank {accused}'s connection to this rank is open and said nothing of it for {CORROBORATE:?}")
+            }
+            Some(_) => return Verdict::Wait,
+        };
+        Verdict::False(Error::Aborted {
+            rank: claim.reporter,
+            reason: format!("it reported that {what}, but {why}: a false report"),
+        })
     }
 
     fn send_to_all(&mut self, frame: &[u8], except: Option<usize>) {
@@ -110,7 +203,15 @@ fn read_spoke(peer: usize, s: &mut Spoke) -> Option<Error> {
             Ok(Some(frame::Control::Goodbye)) => s.departed = true,
             Ok(Some(frame::Control::Waiting { on })) => s.waits = Some(on),
             Ok(Some(frame::Control::Abort(e))) => {
-                found.get_or_insert(reported_by(e, peer));
+                s.aborted = true;
+                if e.rank() == Some(peer) {
+                    if let Error::Aborted { reason, .. } = &e {
+                        s.own_abort.get_or_insert_with(|| reason.clone());
+                    }
+                    found.get_or_insert(e);
+                } else {
+                    s.claims.push(e);
+                }
             }
             Ok(None) => break,
             Err(d) => {
@@ -130,15 +231,41 @@ fn read_spoke(peer: usize, s: &mut Spoke) -> Option<Error> {
 
 impl Control for MeshControl {
     fn check(&mut self) -> Option<Error> {
-        let mut found = None;
+        let mut news: Vec<Option<Error>> = vec![None; self.spokes.len()];
         for (peer, s) in self.spokes.iter_mut().enumerate() {
             if let Some(s) = s.as_mut().filter(|s| !s.departed) {
-                if let Some(e) = read_spoke(peer, s) {
-                    found.get_or_insert(e);
+                news[peer] = read_spoke(peer, s);
+                let since = Instant::now();
+                self.claims.extend(s.claims.drain(..).map(|error| Claim { reporter: peer, error, since }));
+            }
+        }
+        // Reports about third ranks, judged once every connection is read (the accused's own
+        // news may have come in this same read). A false one is the cause of whatever else
+        // came (the accused's own abort, when it was the one lied about), so it comes first.
+        let mut believed: Vec<Option<Error>> = vec![None; self.spokes.len()];
+        let mut pending = vec![false; self.spokes.len()];
+        let mut i = 0;
+        while i < self.claims.len() {
+            match self.judge(&self.claims[i]) {
+                Verdict::Wait => {
+                    pending[self.claims[i].reporter] = true;
+                    i += 1;
+                }
+                Verdict::Believe => {
+                    let c = self.claims.remove(i);
+                    believed[c.reporter].get_or_insert(reported_by(c.error, c.reporter));
+                }
+                Verdict::False(e) => {
+                    let liar = self.claims.remove(i).reporter;
+                    self.liars.push(liar);
+                    return Some(e);
                 }
             }
         }
-        found
+        // Otherwise the first news in rank order, a rank's report before its own departure
+        // (it aborted, then left). A rank whose report is still being judged is not yet said
+        // to be gone: its departure follows its abort, and the verdict on it will come.
+        (0..self.spokes.len()).find_map(|p| believed[p].take().or(if pending[p] { None } else { news[p].take() }))
     }
 
     fn wake_on<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) {
@@ -164,7 +291,18 @@ impl Control for MeshControl {
             return;
         }
         self.aborted = true;
-        let (culprit, frame) = abort_frame(self.rank, cause);
+        let (mut culprit, mut frame) = abort_frame(self.rank, cause);
+        if self.liars.contains(&culprit) {
+            // A false report this rank caught itself, passed on as its own abort: the others
+            // can check that (it comes from its sender), but not a report that blames a rank
+            // whose connection to them is open and silent, which they would pin on this rank.
+            let reason = match relayed(self.rank, cause) {
+                Error::Aborted { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            let caught = Error::Protocol { from: format!("rank {culprit}"), detail: reason };
+            (culprit, frame) = abort_frame(self.rank, &caught);
+        }
         self.send_to_all(&frame, Some(culprit));
     }
 

@@ -52,18 +52,26 @@ for bad, want in ((torch.ones(3, requires_grad=True), "detach()"), (torch.ones(4
 out["torch"] = True
 
 # MLX: the buffer protocol, in place, bfloat16 by its format name "bfloat16".
+# Values that differ along the array, so an element put in the wrong place shows.
+pos = mx.arange(1000) % 7
 for dt in (mx.float32, mx.bfloat16, mx.float16, mx.int32):
-    a = mx.full((1000,), rank + 1, dtype=dt)
+    a = (pos + rank + 1).astype(dt)
     mx.eval(a)
-    addr = np.asarray(memoryview(a)).ctypes.data if dt != mx.bfloat16 else memoryview(a).tobytes is not None
+    # The array's own memory changes (numpy cannot view bfloat16: its values are checked only).
+    addr = np.asarray(memoryview(a)).ctypes.data if dt != mx.bfloat16 else None
     g.all_sum(a)
-    assert (a == tri).all().item(), (dt, a[:4])
+    assert (a == (pos * n + tri).astype(dt)).all().item(), (dt, a[:8])
+    if addr is not None:
+        assert np.asarray(memoryview(a)).ctypes.data == addr, (dt, "all_sum moved the array")
 x = mx.arange(6, dtype=mx.float32) * (rank + 1)
 y = bmx.all_sum(x, group=g)
 assert isinstance(y, mx.array) and (x == mx.arange(6) * (rank + 1)).all().item(), "x unchanged"
 assert (y == mx.arange(6) * tri).all().item()
 assert bmx.all_gather(mx.array([rank]), group=g).tolist() == list(range(n))
-assert bmx.reduce_scatter(mx.ones((2 * n, 3)), group=g).shape == (2, 3)
+rows = mx.arange(2 * n * 3, dtype=mx.float32).reshape(2 * n, 3)
+rsm = bmx.reduce_scatter(rows + rank, group=g)
+assert rsm.shape == (2, 3), rsm.shape
+assert (rsm == rows[2 * rank : 2 * rank + 2] * n + n * (n - 1) // 2).all().item(), rsm
 assert bmx.broadcast(mx.array([rank + 5]), root=n - 1, group=g).item() == n - 1 + 5
 assert bmx.all_max(mx.array([rank]), group=g).item() == n - 1
 out["mlx"] = True
@@ -78,8 +86,9 @@ except ValueError as e:
 o = g.all_sum(j, out=np.empty(8, np.float32))
 assert (o == tri).all(), o
 assert np.asarray(j).tolist() == [rank + 1.0] * 8, "the JAX array is untouched"
-gj = g.all_gather(j)
+gj = g.all_gather(jnp.arange(8, dtype=jnp.float32) + 10 * rank)
 assert isinstance(gj, np.ndarray) and gj.shape == (8 * n,)
+assert gj.tolist() == [10.0 * q + i for q in range(n) for i in range(8)], gj
 out["jax"] = True
 
 # Zero copy over 1,000 calls: the result is in the caller's memory and memory stays flat.

@@ -20,10 +20,13 @@ def check(name, cond):
     assert cond, f"rank {rank}: {name}"
 
 
+# Values that differ along each tensor (small: exact in every dtype, int8 included), so an
+# element put in the wrong place shows, not only a wrong sum.
+pos = torch.arange(1000) % 7
 for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int32, torch.int64, torch.uint8):
-    t = torch.full((1000,), rank + 1, dtype=dt)
+    t = (pos + rank + 1).to(dt)
     dist.all_reduce(t)
-    check(f"all_reduce sum {dt}", bool((t == tri).all()))
+    check(f"all_reduce sum {dt}", bool((t == (pos * n + tri).to(dt)).all()))
 t = torch.arange(8, dtype=torch.float32) * (rank + 1)
 dist.all_reduce(t, op=dist.ReduceOp.AVG)
 check("avg", torch.allclose(t, torch.arange(8, dtype=torch.float32) * tri / n))
@@ -44,36 +47,38 @@ dist.all_reduce(p.data)
 dist.all_reduce(p)
 check("requires grad", bool((p.detach() == tri * n).all()))
 m = torch.zeros(4, 6)
-m[:, 0] = rank + 1
+m[:, 0] = torch.arange(4.0) + rank + 1
 col = m[:, 0]  # stride 6: not contiguous
 check("really non-contiguous", not col.is_contiguous())
 dist.all_reduce(col)
-check("non-contiguous", bool((m[:, 0] == tri).all()) and bool((m[:, 1:] == 0).all()))
+check("non-contiguous", bool((m[:, 0] == torch.arange(4.0) * n + tri).all()) and bool((m[:, 1:] == 0).all()))
 # Gathers and scatters.
+# Every element of every gathered block: rank q's block is 10q + its positions.
 outs = [torch.empty(3, dtype=torch.bfloat16) for _ in range(n)]
-dist.all_gather(outs, torch.full((3,), rank, dtype=torch.bfloat16))
-check("all_gather", [int(o[0]) for o in outs] == list(range(n)))
+dist.all_gather(outs, (torch.arange(3) + 10 * rank).to(torch.bfloat16))
+check("all_gather", [o.tolist() for o in outs] == [[10.0 * q + i for i in range(3)] for q in range(n)])
 big = torch.empty(n * 5, dtype=torch.int32)
-dist.all_gather_into_tensor(big, torch.full((5,), rank, dtype=torch.int32))
-check("all_gather_into_tensor", big.view(n, 5)[:, 0].tolist() == list(range(n)))
+dist.all_gather_into_tensor(big, (torch.arange(5) + 100 * rank).to(torch.int32))
+check("all_gather_into_tensor", big.tolist() == [100 * q + i for q in range(n) for i in range(5)])
 out = torch.empty(4)
-dist.reduce_scatter(out, [torch.full((4,), float(rank + r)) for r in range(n)])
-check("reduce_scatter", bool((out == sum(q + rank for q in range(n))).all()))
+dist.reduce_scatter(out, [torch.arange(4.0) + rank + 10 * r for r in range(n)])
+check("reduce_scatter", out.tolist() == [sum(i + q + 10 * rank for q in range(n)) for i in range(4)])
 out = torch.empty(2, dtype=torch.float64)
 dist.reduce_scatter_tensor(out, torch.arange(2 * n, dtype=torch.float64) * (rank + 1), op=dist.ReduceOp.AVG)
 check("reduce_scatter_tensor avg", torch.allclose(out, torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float64) * tri / n))
-b = torch.full((7,), float(rank))
+b = torch.arange(7.0) + 100 * rank
 dist.broadcast(b, src=n - 1)
-check("broadcast", bool((b == n - 1).all()))
+check("broadcast", b.tolist() == [100.0 * (n - 1) + i for i in range(7)])
 dist.barrier()
 # Async: Works, futures, and overlap of several calls.
-ts = [torch.full((1 << 16,), float(rank + 1)) for _ in range(3)]
+wave = (torch.arange(1 << 16) % 13).float()
+ts = [wave + rank + 1 + k for k in range(3)]
 works = [dist.all_reduce(t, async_op=True) for t in ts]
 fut = works[-1].get_future()
 for w in works:
     w.wait()
-check("async all_reduce", all(bool((t == tri).all()) for t in ts) and works[0].is_completed())
-check("future", bool((fut.wait()[0] == tri).all()))
+check("async all_reduce", all(bool((t == wave * n + tri + n * k).all()) for k, t in enumerate(ts)) and works[0].is_completed())
+check("future", bool((fut.wait()[0] == wave * n + tri + n * 2).all()))
 w = dist.all_reduce(torch.ones(3), op=dist.ReduceOp.AVG, async_op=True)
 chained = w.get_future().then(lambda f: f.value()[0] * 2)
 check("future chain", bool((chained.wait() == 2).all()))

@@ -70,10 +70,17 @@ impl Segment {
     }
 }
 
-/// A new memory file with no name.
+/// A new memory file with no name, readable and writable by its owner only.
+///
+/// A memfd is made with mode 0777, and reachable only through this process's descriptors
+/// (`/proc/<pid>/fd`, which the kernel closes to other users); the mode is narrowed anyway, so
+/// that the segment itself says it is private (as on other systems) and a test can check it.
 #[cfg(target_os = "linux")]
 fn anonymous() -> io::Result<OwnedFd> {
-    Ok(rustix::fs::memfd_create("boltccl", rustix::fs::MemfdFlags::CLOEXEC)?)
+    use rustix::fs::Mode;
+    let fd = rustix::fs::memfd_create("boltccl", rustix::fs::MemfdFlags::CLOEXEC)?;
+    rustix::fs::fchmod(&fd, Mode::RUSR | Mode::WUSR)?;
+    Ok(fd)
 }
 
 /// A new memory file with no name: created under a random name, unlinked at once.
