@@ -167,8 +167,19 @@ fn mismatch_worker() {
                 root = pick(mine, a, b);
             }
             Case::Group(a, b) => {
-                let sub = g.split(Some(0), rank as i64).unwrap().unwrap();
-                let sub2 = g.split(Some(0), rank as i64).unwrap().unwrap();
+                // A faster rank may finish both splits and make the mismatched call while this
+                // one is still in the second: its abort then ends that split, and that is this
+                // rank's outcome of the case.
+                let t = Instant::now();
+                let splits = g.split(Some(0), rank as i64).and_then(|s| Ok((s, g.split(Some(0), rank as i64)?)));
+                let (sub, sub2) = match splits {
+                    Ok((Some(sub), Some(sub2))) => (sub, sub2),
+                    Ok(_) => panic!("case {i}: a split with a colour left this rank out"),
+                    Err(e) => {
+                        println!("CASE {i} ERR {} {e}", t.elapsed().as_millis());
+                        continue;
+                    }
+                };
                 target = Some(match pick(mine, a, b) {
                     "sub" => Some(sub),
                     "sub2" => Some(sub2),
