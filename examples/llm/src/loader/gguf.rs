@@ -1,5 +1,6 @@
 //! GGUF (version 2/3) reader for the `llama` architecture: metadata, tensor directory, and
-//! tensor data in F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 (see [`crate::quant`]).
+//! tensor data in F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K
+//! (see [`crate::quant`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -221,6 +222,14 @@ impl GgufModel {
             }
             dims.reverse();
             let ty = GgmlType::from_id(r.u32()?).with_context(|| format!("tensor {name}"))?;
+            let shape_ok = ty.block_elems() == 1 || dims.last().is_some_and(|&c| c % ty.block_elems() == 0);
+            ensure!(
+                shape_ok,
+                "tensor {name}: rows of {} elements are not whole {}-element {} blocks",
+                dims.last().copied().unwrap_or(0),
+                ty.block_elems(),
+                ty.name()
+            );
             let offset = r.u64()? as usize;
             tensors.insert(name, TensorInfo { shape: dims, ty, offset });
         }
@@ -374,7 +383,7 @@ impl WeightSource for GgufModel {
     }
     fn quant_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Option<QuantRows>> {
         let (t, g) = self.info(name)?;
-        if t.shape.len() != 2 || !matches!(t.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) {
+        if t.shape.len() != 2 || !t.ty.is_block_quantized() {
             return Ok(None);
         }
         ensure!(r.end <= t.shape[0], "{g}: rows {r:?} out of {}", t.shape[0]);
