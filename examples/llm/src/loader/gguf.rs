@@ -350,9 +350,18 @@ fn config_from_metadata(
         tie_embeddings: !tensors.contains_key("output.weight"),
         qkv_bias: tensors.contains_key("blk.0.attn_q.bias"),
         qk_norm: tensors.contains_key("blk.0.attn_q_norm.weight"),
+        o_proj_block: shard_block(tensors, "attn_output.weight"),
+        down_proj_block: shard_block(tensors, "ffn_down.weight"),
     };
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// The largest quantisation block among every layer's `suffix` tensor (at least 32): where a
+/// column shard of it may start and end and stay in its blocks.
+fn shard_block(tensors: &HashMap<String, TensorInfo>, suffix: &str) -> usize {
+    let blocks = tensors.iter().filter(|(n, _)| n.starts_with("blk.") && n.ends_with(suffix));
+    blocks.map(|(_, t)| t.ty.block_elems()).fold(crate::quant::QK, usize::max)
 }
 
 impl WeightSource for GgufModel {
