@@ -222,7 +222,11 @@ pub fn dot_rows_exact_with(isa: Isa, w: &QuantRows, rows: Range<usize>, a: Q8Vie
 
 /// Whether `isa` has kernels of its own for `ty` (else the scalar reference runs).
 fn has_simd(isa: Isa, ty: GgmlType) -> bool {
-    isa != Isa::Scalar && matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    match isa {
+        Isa::Scalar => false,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => true,
+        Isa::Neon | Isa::NeonDot => matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0),
+    }
 }
 
 /// Checks shapes and the instruction set, and borrows the rows' planes.
