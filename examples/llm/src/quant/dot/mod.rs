@@ -178,7 +178,7 @@ pub fn dot_rows_with(isa: Isa, w: &QuantRows, rows: Range<usize>, a: Q8View, out
     assert!(out.len() == rows.len(), "dot_rows: {} outputs for rows {rows:?}", out.len());
     let op = operands(isa, w, rows, a, w.blocks_per_row());
     match isa {
-        _ if !has_simd(isa, w.ty) => {
+        Isa::Scalar => {
             for (i, o) in out.iter_mut().enumerate() {
                 *o = scalar_row(&op, i);
             }
@@ -206,7 +206,7 @@ pub fn dot_rows_exact_with(isa: Isa, w: &QuantRows, rows: Range<usize>, a: Q8Vie
     assert!(unit > 0 && (unit.is_multiple_of(2) || unit >= w.blocks_per_row()), "dot_rows_exact: odd unit {unit}");
     let op = operands(isa, w, rows, a, unit);
     match isa {
-        _ if !has_simd(isa, w.ty) => {
+        Isa::Scalar => {
             for (i, o) in out.iter_mut().enumerate() {
                 *o = scalar_row_exact(&op, i);
             }
@@ -217,15 +217,6 @@ pub fn dot_rows_exact_with(isa: Isa, w: &QuantRows, rows: Range<usize>, a: Q8Vie
         Isa::Neon | Isa::NeonDot => aarch64::dot_rows(&op, isa == Isa::NeonDot, &mut [], out),
         #[allow(unreachable_patterns)] // every other arm is compiled out on this target
         _ => unreachable!("checked against Isa::available"),
-    }
-}
-
-/// Whether `isa` has kernels of its own for `ty` (else the scalar reference runs).
-fn has_simd(isa: Isa, ty: GgmlType) -> bool {
-    match isa {
-        Isa::Scalar => false,
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => true,
-        Isa::Neon | Isa::NeonDot => matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0),
     }
 }
 
@@ -269,6 +260,32 @@ pub fn dot_row_exact_scalar(w: &QuantRows, r: usize, a: Q8View, unit: usize) -> 
 #[inline]
 pub(crate) fn to_grid(v: f32) -> f64 {
     (v as f64 * (1u64 << GRID_BITS) as f64).round_ties_even()
+}
+
+/// Steps 2 and 4's weight terms for block `b` of row `row` of a 5/6-bit or K-quant type, for
+/// kernels without a vector f16 conversion: the scales `c` of lanes 0-3 and 4-7 (times the
+/// activation scale `dx`) and the minimum `mw` (0 for types without one).
+#[allow(dead_code)] // used by the aarch64 kernels
+#[inline]
+pub(crate) fn kscales(op: &Operands, row: usize, b: usize, dx: f32) -> ([f32; 2], f32) {
+    use super::rows::h2f;
+    match op.ty {
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let blk = row * op.nb + b;
+            let c = h2f(op.d[blk]) * dx;
+            ([c; 2], if op.ty == GgmlType::Q5_1 { h2f(op.m[blk]) } else { 0.0 })
+        }
+        _ => {
+            let (g, t) = (row * (op.nb / 8) + b / 8, b % 8);
+            let d = h2f(op.d[g]);
+            let sc = &op.sc[g * 16..g * 16 + 16];
+            if op.ty == GgmlType::Q6_K {
+                ([(d * sc[2 * t] as i8 as f32) * dx, (d * sc[2 * t + 1] as i8 as f32) * dx], 0.0)
+            } else {
+                ([(d * sc[t] as f32) * dx; 2], -(h2f(op.m[g]) * sc[8 + t] as f32))
+            }
+        }
+    }
 }
 
 /// Step 5.
