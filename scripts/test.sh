@@ -47,6 +47,15 @@ if ! bash scripts/llama-venv.sh >/dev/null; then
     fi
     echo "WARNING: could not install llama-cpp-python; the llama.cpp cross-check will skip"
 fi
+# The same model in Q4_K_M (K-quants), requantised by llama.cpp's own quantiser
+# (llama-cpp-python, built into target/llama-venv on first use: minutes). Same rule as above.
+if ! bash examples/llm/make-q4km.sh; then
+    if [ -n "${CI:-}" ] && [ "${CI}" != "false" ] && [ "${CI}" != "0" ]; then
+        echo "could not make SmolLM2 Q4_K_M, and CI is set: the K-quant inference test must run" >&2
+        exit 1
+    fi
+    echo "WARNING: could not make SmolLM2 Q4_K_M; its end-to-end inference test will skip"
+fi
 
 step "tests"
 # The header is installed above, so the verbs ABI layout test must run, not skip.

@@ -43,6 +43,12 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// Qwen3-style per-head RMSNorm on q and k (before RoPE).
     pub qk_norm: bool,
+    /// Columns a tensor-parallel shard of o_proj must start and end on: the quantisation block
+    /// of its file encoding, [`crate::quant::QK`] (32) for the legacy types and float weights,
+    /// 256 for the K-quants' super-blocks. The plan splits query heads in units that keep it.
+    pub o_proj_block: usize,
+    /// The same for down_proj's columns (the MLP features).
+    pub down_proj_block: usize,
 }
 
 impl ModelConfig {
@@ -138,6 +144,8 @@ impl HfConfig {
             tie_embeddings: self.tie_word_embeddings,
             qkv_bias: self.attention_bias || family == "qwen2",
             qk_norm: family == "qwen3",
+            o_proj_block: crate::quant::QK,
+            down_proj_block: crate::quant::QK,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -255,7 +255,19 @@ fn report((out, stats): &(GenOutput, RankStats), comm: &TimedComm<impl Comm>) ->
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors (a file it cannot run, a bad flag) end the program with their message and its
+/// causes on one line, not a debug dump or a backtrace.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     // This program owns its process: boltccl's warnings go to stderr (BOLTCCL_LOG filters).
     boltccl::log_to_stderr();
     let args = Args::parse();

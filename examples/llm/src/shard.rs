@@ -8,8 +8,9 @@
 //!   query work, which dominates, is even. SmolLM2 (9 query heads, 3 KV heads) splits 5 + 4 at
 //!   TP = 2, both ranks computing KV head 1. A rank may own zero heads (e.g. 9 heads on 10
 //!   ranks): it then contributes a zero attention partial and still does its share of the MLP.
-//! - MLP features are split the same way, in units of 32 when the width allows, so shards of
-//!   block-quantised weights line up with quantisation blocks.
+//! - MLP features are split the same way, in units of down_proj's quantisation block (32, or
+//!   256 for a K-quant) when the width allows, so shards of block-quantised weights line up with
+//!   quantisation blocks.
 //! - The output head's *computation* is split by vocabulary rows (the weights stay replicated):
 //!   each rank computes the logits of a contiguous slice and rank 0 gathers them. A rank gets an
 //!   empty slice when the vocabulary is smaller than the world.
@@ -105,7 +106,9 @@ impl ShardPlan {
 /// then no split (TP = 1 included) sums o_proj exactly. It depends on the model only, never on
 /// the world size, so TP = 1 and TP = N use the same unit.
 pub fn exact_head_unit(cfg: &ModelConfig) -> Option<usize> {
-    let block_pair = 2 * QK;
+    // An even number of 32-blocks that is also whole blocks of o_proj's encoding (256 columns
+    // for a K-quant).
+    let block_pair = lcm(2 * QK, cfg.o_proj_block.max(1));
     let heads = block_pair / gcd(cfg.head_dim, block_pair);
     cfg.num_heads.is_multiple_of(heads).then_some(heads)
 }
@@ -116,6 +119,11 @@ pub fn head_unit(cfg: &ModelConfig) -> usize {
     exact_head_unit(cfg).unwrap_or(1)
 }
 
+/// Least common multiple.
+pub fn lcm(a: usize, b: usize) -> usize {
+    a / gcd(a, b) * b
+}
+
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 {
         a
@@ -124,12 +132,10 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
-/// 32 features (one quantisation block) when the MLP is a multiple of 32 wide with at least one
-/// unit per rank, else single features.
+/// One quantisation block of down_proj's columns (32 features, 256 for a K-quant) when the MLP
+/// is a multiple of it wide with at least one unit per rank, else 32 features if that works
+/// (a K-quant down_proj then falls back to f32 shards), else single features.
 fn ffn_unit(cfg: &ModelConfig, size: usize) -> usize {
-    if cfg.intermediate_size.is_multiple_of(32) && cfg.intermediate_size / 32 >= size {
-        32
-    } else {
-        1
-    }
+    let fits = |u: usize| cfg.intermediate_size.is_multiple_of(u) && cfg.intermediate_size / u >= size;
+    [cfg.down_proj_block.max(32), 32].into_iter().find(|&u| fits(u)).unwrap_or(1)
 }

@@ -38,3 +38,32 @@ fn cli_generates_same_ids_at_tp_1_and_3() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--prompt-ids"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A GGUF with a tensor type the example cannot run: one line naming the tensor, its type and
+/// the supported ones, a failure status, and no backtrace even when backtraces are asked for.
+#[test]
+fn cli_names_an_unsupported_tensor_type() {
+    let raw = common::gguf_writer::RawTensor {
+        name: "blk.0.ffn_down.weight".into(),
+        shape: vec![1, 256],
+        ty: 11, // Q3_K
+        bytes: vec![0; 110],
+    };
+    let dir = common::temp_dir("q3k");
+    let path = dir.join("q3k.gguf");
+    std::fs::write(&path, common::gguf_writer::write(&common::gguf_writer::llama_meta(&Spec::odd()), &[raw])).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_boltccl-llm"))
+        .arg("--model")
+        .arg(&path)
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    for want in ["blk.0.ffn_down.weight", "Q3_K", "Q4_K, Q5_K, Q6_K"] {
+        assert!(e.contains(want), "{want:?} missing from: {e}");
+    }
+    assert!(!e.contains("backtrace") && e.trim().lines().count() == 1, "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -178,3 +178,97 @@ fn malformed_files_are_errors() {
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(st);
 }
+
+/// The formats of llama.cpp's Q4_K_M files: Q5_0 / Q5_1 where a row is not whole 256-element
+/// super-blocks (SmolLM2's 576-wide rows), Q4_K / Q5_K / Q6_K where it is. The row-parallel
+/// layers' shards then fall on 256-element boundaries (the plan splits in those units), so the
+/// exact sums still hold: TP = 2, 3, 4 give TP = 1's logits bit for bit; the f32 modes match
+/// the dequantised weights, and the Q8 arithmetic stays near them.
+#[test]
+fn k_quant_files_same_bits_at_every_tp() {
+    // SmolLM2-like: 192-wide rows (Q5_0, Q5_1 for v), a 1024-wide MLP whose down_proj is Q4_K
+    // in one layer and Q6_K in the other (as Q4_K_M alternates), a Q8_0 embedding.
+    let narrow = Spec { hidden: 192, ffn: 1024, heads: 6, kv_heads: 2, head_dim: 32, seed: 21, ..spec() };
+    let narrow_types = |hf: &str| {
+        if hf.contains("down_proj") {
+            if hf.contains("layers.0.") {
+                12
+            } else {
+                14
+            }
+        } else if hf.contains("v_proj") {
+            7
+        } else if hf.contains("embed") {
+            8
+        } else {
+            6
+        }
+    };
+    // 256-wide rows everywhere: every K-quant type, o_proj included (a unit of four 64-wide
+    // heads), and a Q6_K embedding and Q4_K head.
+    let wide = Spec { hidden: 256, ffn: 1024, heads: 8, kv_heads: 2, head_dim: 64, seed: 22, ..spec() };
+    let wide_types = |hf: &str| {
+        if hf.contains("embed") || hf.contains("down_proj") {
+            14
+        } else if hf.contains("lm_head") || hf.contains("gate_proj") || hf.contains("q_proj") {
+            12
+        } else {
+            13
+        }
+    };
+    type Types<'a> = &'a dyn Fn(&str) -> u32;
+    let fixtures: [(Spec, Types); 2] = [(narrow, &narrow_types), (wide, &wide_types)];
+    for (s, types) in fixtures {
+        let (gguf, st) = common::gguf_writer::build_typed_by(&s, types);
+        let g = loader::open(&gguf).unwrap().weights;
+        let d = loader::open(&st).unwrap().weights;
+        assert_eq!(g.config().down_proj_block, 256);
+        let prompt = [1, 2, 3, 60, 7];
+        let dense = run_tp(d.as_ref(), 1, &prompt, 10);
+        for weights in [WeightMode::F32, WeightMode::Quant] {
+            for tp in [1, 2, 3] {
+                let out = common::run_tp_with(g.as_ref(), tp, &prompt, 10, LoadOptions { weights });
+                assert_eq!(out.tokens, dense.tokens, "hidden {} TP={tp} {weights:?}", s.hidden);
+                let diff = max_diff(&out.logits, &dense.logits);
+                assert!(diff <= 1e-4, "hidden {} TP={tp} {weights:?}: {diff}", s.hidden);
+            }
+        }
+        let opts = LoadOptions { weights: WeightMode::Q8 };
+        let base = common::run_tp_with(g.as_ref(), 1, &prompt, 10, opts);
+        let off = max_diff(&base.logits, &dense.logits);
+        let span = dense.logits.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+        eprintln!("hidden {}: Q8 vs f32 max |logit diff| {off:.2e} (logits up to {span:.2})", s.hidden);
+        assert!(off > 0.0 && off < 0.03 * span, "Q8 inputs should move the logits a little, not {off}");
+        for tp in [2, 3, 4] {
+            let out = common::run_tp_with(g.as_ref(), tp, &prompt, 10, opts);
+            assert_eq!(out.tokens, base.tokens, "hidden {} TP={tp}", s.hidden);
+            for (step, (a, b)) in out.logits.iter().zip(&base.logits).enumerate() {
+                assert!(common::bits(a) == common::bits(b), "hidden {} TP={tp} step {step}: logits differ", s.hidden);
+            }
+        }
+        let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+        let _ = std::fs::remove_dir_all(st);
+    }
+}
+
+/// A tensor type the example cannot run stops the load with the tensor's name, the type's name
+/// and the supported list.
+#[test]
+fn unsupported_types_are_named() {
+    let (gguf, st) = build();
+    let dir = gguf.parent().unwrap();
+    let raw = common::gguf_writer::RawTensor {
+        name: "blk.0.attn_q.weight".into(),
+        shape: vec![2, 256],
+        ty: 10, // Q2_K
+        bytes: vec![0; 2 * 84],
+    };
+    let bad = dir.join("q2k.gguf");
+    std::fs::write(&bad, common::gguf_writer::write(&common::gguf_writer::llama_meta(&spec()), &[raw])).unwrap();
+    let e = format!("{:#}", GgufModel::open(&bad).err().expect("Q2_K accepted"));
+    for want in ["blk.0.attn_q.weight", "Q2_K", "Q4_K, Q5_K, Q6_K"] {
+        assert!(e.contains(want), "{want:?} missing from: {e}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(st);
+}

@@ -245,6 +245,35 @@ fn gpu_decode_on_quantized_weights_matches_cpu() {
     let _ = std::fs::remove_dir_all(st);
 }
 
+/// A GGUF in the 5-bit and K-quant types (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), whose matrices go up
+/// to the GPU decoded: the tokens of the CPU with the weights expanded to f32, at TP = 1 and 2,
+/// and logits within 1e-4.
+#[test]
+fn gpu_decode_on_k_quant_weights_matches_cpu() {
+    let Some(ctx) = gpu() else { return };
+    let spec = Spec { hidden: 256, ffn: 512, heads: 4, kv_heads: 2, head_dim: 64, seed: 31, ..Spec::odd() };
+    let types = |hf: &str| match hf {
+        h if h.contains("q_proj") || h.contains("lm_head") => 12,
+        h if h.contains("k_proj") || h.contains("up_proj") => 13,
+        h if h.contains("down_proj") || h.contains("embed") => 14,
+        h if h.contains("v_proj") => 7,
+        _ => 6,
+    };
+    let (gguf, st) = gw::build_typed_by(&spec, &types);
+    let src = boltccl_llm::loader::open(&gguf).unwrap().weights;
+    let prompt = [4, 8, 15, 16, 23];
+    let cpu = common::run_tp_with(src.as_ref(), 1, &prompt, 8, LoadOptions { weights: WeightMode::F32 });
+    for tp in [1, 2] {
+        let g = run_gpu(src.as_ref(), &ctx, tp, &prompt);
+        assert_eq!(g.tokens, cpu.tokens, "GPU TP={tp} on K-quants");
+        let d = max_diff(&g.logits, &cpu.logits);
+        eprintln!("K-quant GGUF GPU TP={tp}: max |logit diff| vs CPU = {d:.2e}");
+        assert!(d < 1e-4, "GPU TP={tp}: {d}");
+    }
+    let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+    let _ = std::fs::remove_dir_all(st);
+}
+
 /// SmolLM2 on the GPU (weights uploaded in their Q4_1/Q8_0 blocks) says what the CPU says with
 /// f32 inputs on the same blocks: the same greedy tokens. Skips without the model file.
 #[test]

@@ -7,6 +7,8 @@ use proptest::prelude::*;
 
 fn smollm2() -> ModelConfig {
     ModelConfig {
+        o_proj_block: 32,
+        down_proj_block: 32,
         vocab_size: 49152,
         hidden_size: 576,
         intermediate_size: 1536,
@@ -145,4 +147,31 @@ proptest! {
         }
         prop_assert_eq!(next, c.num_heads);
     }
+}
+
+/// K-quant row-parallel weights (256-element super-blocks) are split on super-block
+/// boundaries: down_proj's features in 256-feature units, o_proj's columns in units of query
+/// heads that make whole super-blocks; where the MLP has too few units for the world, 32.
+#[test]
+fn k_quant_shards_fall_on_super_blocks() {
+    let cfg = ModelConfig { o_proj_block: 256, down_proj_block: 256, ..config(3, 8, 64) };
+    assert_eq!(boltccl_llm::shard::exact_head_unit(&cfg), Some(4));
+    for size in 1..=6 {
+        for rank in 0..size {
+            let p = ShardPlan::new(&cfg, rank, size).unwrap();
+            assert!(
+                p.ffn.start.is_multiple_of(256) && p.ffn.end.is_multiple_of(256),
+                "TP={size} rank {rank}: {:?}",
+                p.ffn
+            );
+            assert!(
+                (p.q_heads.start * 64).is_multiple_of(256) && (p.q_heads.end * 64).is_multiple_of(256),
+                "{:?}",
+                p.q_heads
+            );
+        }
+        assert!(ShardPlan::new(&cfg, 0, size).unwrap().ffn_in_units_of(&cfg, 256));
+    }
+    let p = ShardPlan::new(&cfg, 1, 7).unwrap();
+    assert!(p.ffn.start.is_multiple_of(32) && !ShardPlan::new(&cfg, 0, 7).unwrap().ffn_in_units_of(&cfg, 256));
 }

@@ -1,5 +1,6 @@
 //! GGUF (version 2/3) reader for the `llama` architecture: metadata, tensor directory, and
-//! tensor data in F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 (see [`crate::quant`]).
+//! tensor data in F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K
+//! (see [`crate::quant`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -221,6 +222,14 @@ impl GgufModel {
             }
             dims.reverse();
             let ty = GgmlType::from_id(r.u32()?).with_context(|| format!("tensor {name}"))?;
+            let shape_ok = ty.block_elems() == 1 || dims.last().is_some_and(|&c| c % ty.block_elems() == 0);
+            ensure!(
+                shape_ok,
+                "tensor {name}: rows of {} elements are not whole {}-element {} blocks",
+                dims.last().copied().unwrap_or(0),
+                ty.block_elems(),
+                ty.name()
+            );
             let offset = r.u64()? as usize;
             tensors.insert(name, TensorInfo { shape: dims, ty, offset });
         }
@@ -341,9 +350,18 @@ fn config_from_metadata(
         tie_embeddings: !tensors.contains_key("output.weight"),
         qkv_bias: tensors.contains_key("blk.0.attn_q.bias"),
         qk_norm: tensors.contains_key("blk.0.attn_q_norm.weight"),
+        o_proj_block: shard_block(tensors, "attn_output.weight"),
+        down_proj_block: shard_block(tensors, "ffn_down.weight"),
     };
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// The largest quantisation block among every layer's `suffix` tensor (at least 32): where a
+/// column shard of it may start and end and stay in its blocks.
+fn shard_block(tensors: &HashMap<String, TensorInfo>, suffix: &str) -> usize {
+    let blocks = tensors.iter().filter(|(n, _)| n.starts_with("blk.") && n.ends_with(suffix));
+    blocks.map(|(_, t)| t.ty.block_elems()).fold(crate::quant::QK, usize::max)
 }
 
 impl WeightSource for GgufModel {
@@ -374,7 +392,7 @@ impl WeightSource for GgufModel {
     }
     fn quant_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Option<QuantRows>> {
         let (t, g) = self.info(name)?;
-        if t.shape.len() != 2 || !matches!(t.ty, GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1) {
+        if t.shape.len() != 2 || !t.ty.is_block_quantized() {
             return Ok(None);
         }
         ensure!(r.end <= t.shape[0], "{g}: rows {r:?} out of {}", t.shape[0]);

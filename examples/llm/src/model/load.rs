@@ -154,7 +154,8 @@ impl Model {
         let q8 = opts.weights == WeightMode::Q8;
         let o_unit = exact_head_unit(&cfg).map(|heads| heads * hd);
         let o_exact = q8 && o_unit.is_some();
-        let down_exact = q8 && plan.ffn_in_units_of(&cfg, DOWN_UNIT);
+        // The exact unit, and every shard, must also be whole blocks of down_proj's encoding.
+        let down_exact = q8 && plan.ffn_in_units_of(&cfg, crate::shard::lcm(DOWN_UNIT, cfg.down_proj_block));
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let n = |s: &str| names::layer(i, s);

@@ -5,6 +5,8 @@ use std::ops::Range;
 
 use super::{dot, par};
 use crate::quant::dot::{dot_rows, dot_rows_exact};
+#[cfg(feature = "gpu")]
+use crate::quant::GgmlType;
 use crate::quant::{Q8Act, Q8View, QuantRows, QK};
 
 /// Row-major matrix `[rows, cols]` (a linear layer's weight, `out x in`), stored as f32 or in
@@ -154,6 +156,15 @@ impl Mat {
             return Ok(None);
         }
         Ok(Some(match &self.quant {
+            // The shaders decode the 32-element types; the 5/6-bit and K-quant types go up
+            // decoded (f32, or f16 with `f16`).
+            Some(q) if !matches!(q.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) => {
+                let mut data = vec![0f32; r.len() * self.cols];
+                for (i, o) in data.chunks_exact_mut(self.cols).enumerate() {
+                    q.dequantize_row(r.start + i, o);
+                }
+                crate::gpu::GpuMat::upload_as(ctx, r.len(), self.cols, &data, f16)?
+            }
             Some(q) => crate::gpu::GpuMat::upload_quant(ctx, q, r)?,
             None => crate::gpu::GpuMat::upload_as(
                 ctx,

@@ -1,21 +1,38 @@
-//! GGML block quantisation: decoding (F32, F16, BF16, Q8_0, Q4_0, Q4_1), weights kept in their
-//! blocks ([`QuantRows`]), activations quantised to 8-bit blocks ([`Q8Act`]) and the integer dot
-//! products between the two ([`dot`]).
+//! GGML block quantisation: decoding (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+//! Q5_K, Q6_K), weights kept in their blocks ([`QuantRows`]), activations quantised to 8-bit
+//! blocks ([`Q8Act`]) and the integer dot products between the two ([`dot`]).
 //!
 //! Block layouts (little-endian), each block covering 32 consecutive elements of a row:
 //! - Q8_0: `d: f16`, `qs: [i8; 32]`                      -> `x[i] = d * qs[i]`            (34 bytes)
 //! - Q4_0: `d: f16`, `qs: [u8; 16]`                      -> `x[i] = d * (nib(i) - 8)`     (18 bytes)
 //! - Q4_1: `d: f16`, `m: f16`, `qs: [u8; 16]`            -> `x[i] = d * nib(i) + m`       (20 bytes)
+//! - Q5_0: `d: f16`, `qh: u32`, `qs: [u8; 16]`           -> `x[i] = d * (q5(i) - 16)`     (22 bytes)
+//! - Q5_1: `d: f16`, `m: f16`, `qh: u32`, `qs: [u8; 16]` -> `x[i] = d * q5(i) + m`        (24 bytes)
 //!
 //! where `nib(i)` is the low nibble of `qs[i]` for `i < 16` and the high nibble of `qs[i - 16]`
-//! for `i >= 16` (the first half of the block lives in the low nibbles).
+//! for `i >= 16` (the first half of the block lives in the low nibbles), and `q5(i) = nib(i) |
+//! (bit i of qh) << 4`.
+//!
+//! K-quants (llama.cpp's `Q4_K_M`, `Q5_K_M`, `Q6_K` files) group eight 32-element sub-blocks
+//! (sixteen of 16 for Q6_K) into a super-block of 256 elements, with one f16 scale (and minimum)
+//! per super-block and small integer scales per sub-block:
+//! - Q4_K: `d, dmin: f16`, `scales: [u8; 12]` (eight 6-bit scales `sc[t]` and mins `mn[t]`),
+//!   `qs: [u8; 128]` -> sub-block `t` (elements `32t..32t+32`) is `d*sc[t] * q - dmin*mn[t]`,
+//!   `q` the low nibbles of `qs[32(t/2)..][..32]` for even `t`, the high nibbles for odd (144 bytes);
+//! - Q5_K: the same plus `qh: [u8; 32]` before `qs`; bit `t` of `qh[l]` is the fifth bit of
+//!   element `l` of sub-block `t` (176 bytes);
+//! - Q6_K: `ql: [u8; 128]`, `qh: [u8; 64]`, `scales: [i8; 16]`, `d: f16` -> element `e` is
+//!   `d * scales[e / 16] * (q6 - 32)` (210 bytes; the bit layout is in `rows.rs`).
+//!
+//! The float formulas (order and rounding of every operation) are those of gguf-py's
+//! `gguf.quants.dequantize`, so decoding matches it bit for bit (`tools/kquant_reference.py`).
 
 pub mod dot;
 mod q8;
 mod rows;
 
 pub use q8::{quantize_block, Q8Act, Q8View};
-pub use rows::{Packer, QuantRows};
+pub use rows::{Packer, PlaneRefs, QuantRows};
 
 use half::{bf16, f16};
 use thiserror::Error;
@@ -27,7 +44,7 @@ pub const QK: usize = 32;
 #[derive(Debug, Error)]
 pub enum QuantError {
     /// The GGML type id is not one we decode.
-    #[error("unsupported GGML tensor type {0}")]
+    #[error("GGML type {name} (id {id}) is not supported; this example reads {SUPPORTED}", id = .0, name = ggml_type_name(*.0))]
     Unsupported(u32),
     /// Element count not a multiple of the block size.
     #[error("{n} elements is not a multiple of the {block}-element block of {ty:?}")]
@@ -55,6 +72,7 @@ pub enum QuantError {
 }
 
 /// GGML tensor element types this crate understands (ids as in the GGUF spec).
+#[allow(non_camel_case_types)] // GGML's names
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GgmlType {
     /// 32-bit float (id 0).
@@ -65,11 +83,74 @@ pub enum GgmlType {
     Q4_0,
     /// 4-bit, scale + minimum per block (id 3).
     Q4_1,
+    /// 5-bit, symmetric, one scale per block (id 6).
+    Q5_0,
+    /// 5-bit, scale + minimum per block (id 7).
+    Q5_1,
     /// 8-bit, one scale per block (id 8).
     Q8_0,
+    /// 4-bit K-quant: 256-element super-blocks of eight scaled sub-blocks with minimums (id 12).
+    Q4_K,
+    /// 5-bit K-quant, laid out like Q4_K plus the fifth bits (id 13).
+    Q5_K,
+    /// 6-bit K-quant: 256-element super-blocks of sixteen signed-scaled sub-blocks (id 14).
+    Q6_K,
     /// bfloat16 (id 30).
     BF16,
 }
+
+/// The GGML type names, by id (as in ggml.h), for messages about files this example cannot run.
+pub fn ggml_type_name(id: u32) -> &'static str {
+    const NAMES: [&str; 40] = [
+        "F32",
+        "F16",
+        "Q4_0",
+        "Q4_1",
+        "Q4_2",
+        "Q4_3",
+        "Q5_0",
+        "Q5_1",
+        "Q8_0",
+        "Q8_1",
+        "Q2_K",
+        "Q3_K",
+        "Q4_K",
+        "Q5_K",
+        "Q6_K",
+        "Q8_K",
+        "IQ2_XXS",
+        "IQ2_XS",
+        "IQ3_XXS",
+        "IQ1_S",
+        "IQ4_NL",
+        "IQ3_S",
+        "IQ2_S",
+        "IQ4_XS",
+        "I8",
+        "I16",
+        "I32",
+        "I64",
+        "F64",
+        "IQ1_M",
+        "BF16",
+        "Q4_0_4_4",
+        "Q4_0_4_8",
+        "Q4_0_8_8",
+        "TQ1_0",
+        "TQ2_0",
+        "IQ4_NL_4_4",
+        "IQ4_NL_4_8",
+        "IQ4_NL_8_8",
+        "MXFP4",
+    ];
+    NAMES.get(id as usize).copied().unwrap_or("unknown")
+}
+
+/// The tensor types [`GgmlType::from_id`] accepts, for error messages.
+pub const SUPPORTED: &str = "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K";
+
+/// Elements per K-quant super-block.
+pub const QK_K: usize = 256;
 
 impl GgmlType {
     /// Maps a GGUF type id.
@@ -79,7 +160,12 @@ impl GgmlType {
             1 => Self::F16,
             2 => Self::Q4_0,
             3 => Self::Q4_1,
+            6 => Self::Q5_0,
+            7 => Self::Q5_1,
             8 => Self::Q8_0,
+            12 => Self::Q4_K,
+            13 => Self::Q5_K,
+            14 => Self::Q6_K,
             30 => Self::BF16,
             other => return Err(QuantError::Unsupported(other)),
         })
@@ -89,7 +175,31 @@ impl GgmlType {
     pub fn block_elems(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q4_0 | Self::Q4_1 | Self::Q8_0 => QK,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 => QK,
+            Self::Q4_K | Self::Q5_K | Self::Q6_K => QK_K,
+        }
+    }
+
+    /// Whether the type is one of GGML's block quantisations (kept in its blocks by
+    /// [`QuantRows`]), not a float type.
+    pub fn is_block_quantized(self) -> bool {
+        self.block_elems() > 1
+    }
+
+    /// The name GGML gives the type (`Q4_K`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "F32",
+            Self::F16 => "F16",
+            Self::Q4_0 => "Q4_0",
+            Self::Q4_1 => "Q4_1",
+            Self::Q5_0 => "Q5_0",
+            Self::Q5_1 => "Q5_1",
+            Self::Q8_0 => "Q8_0",
+            Self::Q4_K => "Q4_K",
+            Self::Q5_K => "Q5_K",
+            Self::Q6_K => "Q6_K",
+            Self::BF16 => "BF16",
         }
     }
 
@@ -100,7 +210,12 @@ impl GgmlType {
             Self::F16 | Self::BF16 => 2,
             Self::Q4_0 => 2 + QK / 2,
             Self::Q4_1 => 4 + QK / 2,
+            Self::Q5_0 => 2 + 4 + QK / 2,
+            Self::Q5_1 => 4 + 4 + QK / 2,
             Self::Q8_0 => 2 + QK,
+            Self::Q4_K => 4 + 12 + QK_K / 2,
+            Self::Q5_K => 4 + 12 + QK_K / 8 + QK_K / 2,
+            Self::Q6_K => QK_K / 2 + QK_K / 4 + QK_K / 16 + 2,
         }
     }
 
@@ -121,6 +236,9 @@ fn rd_f16(b: &[u8]) -> f32 {
 /// Decodes `out.len()` elements of type `ty` from `src` into `out`.
 pub fn dequantize(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     let need = ty.bytes_for(out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
     if src.len() < need {
         return Err(QuantError::Short { ty, need, have: src.len() });
     }
@@ -169,6 +287,11 @@ pub fn dequantize(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), Quant
                     o[j + QK / 2] = d * (qs[j] >> 4) as f32 + m;
                 }
             }
+        }
+        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
+            // Through the planar form the kernels use: one formula for both.
+            let q = QuantRows::new(ty, out.len(), src.to_vec())?;
+            q.dequantize_row(0, out);
         }
     }
     Ok(())

@@ -130,6 +130,131 @@ pub fn q4_1(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
     (b, v)
 }
 
+/// Decoded values of `bytes` by the crate (for the 5/6-bit and K-quant encoders below, whose
+/// decoding `tests/quant.rs` checks bit for bit against gguf-py's).
+fn decoded(ty: u32, bytes: Vec<u8>, n: usize) -> (Vec<u8>, Vec<f32>) {
+    let mut v = vec![0f32; n];
+    boltccl_llm::quant::dequantize(boltccl_llm::quant::GgmlType::from_id(ty).unwrap(), &bytes, &mut v).unwrap();
+    (bytes, v)
+}
+
+fn round_clamp(v: f32, lo: i32, hi: i32) -> i32 {
+    if v.is_finite() {
+        (v.round() as i32).clamp(lo, hi)
+    } else {
+        lo.max(0).min(hi)
+    }
+}
+
+/// Q5_0 (`q5 - 16`) or Q5_1 (`q5` plus a minimum) encode.
+pub fn q5(x: &[f32], with_min: bool) -> (Vec<u8>, Vec<f32>) {
+    let mut b = Vec::new();
+    for blk in x.chunks(32) {
+        let (lo, hi) = blk.iter().fold((0f32, 0f32), |(l, h), &a| (l.min(a), h.max(a)));
+        let q: Vec<i32> = if with_min {
+            let (d16, d) = h((hi - lo) / 31.0);
+            let (m16, m) = h(lo);
+            b.extend(d16.to_le_bytes());
+            b.extend(m16.to_le_bytes());
+            blk.iter().map(|&a| round_clamp((a - m) / d, 0, 31)).collect()
+        } else {
+            let (d16, d) = h(lo.abs().max(hi) / 15.0);
+            b.extend(d16.to_le_bytes());
+            blk.iter().map(|&a| round_clamp(a / d, -16, 15) + 16).collect()
+        };
+        let qh: u32 = q.iter().enumerate().map(|(e, &v)| ((v as u32 >> 4) & 1) << e).sum();
+        b.extend(qh.to_le_bytes());
+        b.extend((0..16).map(|j| (q[j] & 15) as u8 | ((q[j + 16] & 15) as u8) << 4));
+    }
+    decoded(if with_min { 7 } else { 6 }, b, x.len())
+}
+
+/// Q4_K (`bits` 4) or Q5_K (`bits` 5) encode: per 32-element sub-block a 6-bit scale and minimum.
+pub fn qk(x: &[f32], bits: u32) -> (Vec<u8>, Vec<f32>) {
+    let nmax = (1 << bits) - 1;
+    let mut b = Vec::new();
+    for sb in x.chunks(256) {
+        let subs: Vec<(f32, f32)> = sb
+            .chunks(32)
+            .map(|s| {
+                let (lo, hi) = s.iter().fold((0f32, f32::MIN), |(l, h), &a| (l.min(a), h.max(a)));
+                ((hi - lo) / nmax as f32, -lo)
+            })
+            .collect();
+        let (d16, d) = h(subs.iter().fold(0f32, |m, s| m.max(s.0)) / 63.0);
+        let (m16, dmin) = h(subs.iter().fold(0f32, |m, s| m.max(s.1)) / 63.0);
+        let sc: Vec<u8> = subs.iter().map(|s| round_clamp(s.0 / d, 0, 63) as u8).collect();
+        let mn: Vec<u8> = subs.iter().map(|s| round_clamp(s.1 / dmin, 0, 63) as u8).collect();
+        let q: Vec<i32> = sb
+            .iter()
+            .enumerate()
+            .map(|(e, &a)| {
+                let t = e / 32;
+                round_clamp((a + dmin * mn[t] as f32) / (d * sc[t] as f32), 0, nmax)
+            })
+            .collect();
+        b.extend(d16.to_le_bytes());
+        b.extend(m16.to_le_bytes());
+        let mut s = [0u8; 12];
+        for t in 0..4 {
+            s[t] = sc[t] | (sc[t + 4] >> 4) << 6;
+            s[t + 4] = mn[t] | (mn[t + 4] >> 4) << 6;
+            s[t + 8] = (sc[t + 4] & 0x0F) | (mn[t + 4] & 0x0F) << 4;
+        }
+        b.extend(s);
+        if bits == 5 {
+            b.extend((0..32).map(|l| (0..8).map(|t| (((q[32 * t + l] >> 4) & 1) as u8) << t).sum::<u8>()));
+        }
+        for p in 0..4 {
+            b.extend((0..32).map(|l| (q[64 * p + l] & 15) as u8 | ((q[64 * p + 32 + l] & 15) as u8) << 4));
+        }
+    }
+    decoded(if bits == 4 { 12 } else { 13 }, b, x.len())
+}
+
+/// Q6_K encode: sixteen 16-element sub-blocks with i8 scales, quants `q6 - 32`.
+pub fn q6_k(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    let mut b = Vec::new();
+    for sb in x.chunks(256) {
+        let scales: Vec<f32> = sb.chunks(16).map(|s| s.iter().fold(0f32, |m, a| m.max(a.abs())) / 31.0).collect();
+        let (d16, d) = h(scales.iter().fold(0f32, |m, &s| m.max(s)) / 127.0);
+        let sc: Vec<i8> = scales.iter().map(|&s| round_clamp(s / d, -128, 127) as i8).collect();
+        let q: Vec<i32> =
+            sb.iter().enumerate().map(|(e, &a)| round_clamp(a / (d * sc[e / 16] as f32), -32, 31) + 32).collect();
+        let (mut ql, mut qh) = (vec![0u8; 128], vec![0u8; 64]);
+        for n in 0..2 {
+            for l in 0..32 {
+                let [q1, q2, q3, q4] = [0, 32, 64, 96].map(|o| q[128 * n + o + l] as u8);
+                ql[64 * n + l] = (q1 & 15) | (q3 & 15) << 4;
+                ql[64 * n + 32 + l] = (q2 & 15) | (q4 & 15) << 4;
+                qh[32 * n + l] = (q1 >> 4) | (q2 >> 4) << 2 | (q3 >> 4) << 4 | (q4 >> 4) << 6;
+            }
+        }
+        b.extend(ql);
+        b.extend(qh);
+        b.extend(sc.iter().map(|&v| v as u8));
+        b.extend(d16.to_le_bytes());
+    }
+    decoded(14, b, x.len())
+}
+
+/// Encodes `data` as GGML type `ty` (any type the writer has an encoder for).
+pub fn encode_as(ty: u32, data: &[f32]) -> (Vec<u8>, Vec<f32>) {
+    match ty {
+        0 => f32s(data),
+        1 => f16s(data),
+        2 => q4_0(data),
+        3 => q4_1(data),
+        6 => q5(data, false),
+        7 => q5(data, true),
+        8 => q8_0(data),
+        12 => qk(data, 4),
+        13 => qk(data, 5),
+        14 => q6_k(data),
+        _ => panic!("no encoder for type {ty}"),
+    }
+}
+
 /// F16 encode.
 pub fn f16s(x: &[f32]) -> (Vec<u8>, Vec<f32>) {
     let b = x.iter().flat_map(|a| f16::from_f32(*a).to_le_bytes()).collect();
@@ -179,6 +304,21 @@ pub fn llama_meta(s: &super::Spec) -> [(&'static str, Meta); 11] {
 /// A llama GGUF file for `s`'s seeded weights (quantised per [`encode`]) and its dequantised
 /// safetensors twin: (GGUF path, safetensors directory).
 pub fn build_with(s: &super::Spec) -> (std::path::PathBuf, std::path::PathBuf) {
+    build_typed(s, &|hf, data| encode(hf, data))
+}
+
+/// [`build_with`] with the GGML type of each tensor chosen by `types(hf name)`.
+pub fn build_typed_by(s: &super::Spec, types: &dyn Fn(&str) -> u32) -> (std::path::PathBuf, std::path::PathBuf) {
+    build_typed(s, &|hf, data| {
+        let g = boltccl_llm::loader::gguf::gguf_name(hf).unwrap();
+        let ty = if hf.contains("norm") { 0 } else { types(hf) };
+        (g, ty, encode_as(ty, data))
+    })
+}
+
+type Encoder<'a> = dyn Fn(&str, &[f32]) -> (String, u32, (Vec<u8>, Vec<f32>)) + 'a;
+
+fn build_typed(s: &super::Spec, encode: &Encoder) -> (std::path::PathBuf, std::path::PathBuf) {
     use boltccl_llm::loader::safetensors::StoreDtype;
     use boltccl_llm::loader::Tensor;
     let mut raw = Vec::new();

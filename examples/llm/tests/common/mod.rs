@@ -278,6 +278,33 @@ pub fn smollm2_path() -> Option<PathBuf> {
     None
 }
 
+/// SmolLM2-135M-Instruct requantised to Q4_K_M by llama.cpp (`make-q4km.sh`; Q5_0, Q4_K,
+/// Q6_K and Q8_0 tensors), or `BOLTCCL_LLM_Q4KM`; with `BOLTCCL_LLM_FETCH` the test makes it.
+/// Missing: skipped with a message, or a failure in CI.
+pub fn smollm2_q4km_path() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cache = root.join("../../target/models");
+    let p = std::env::var_os("BOLTCCL_LLM_Q4KM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache.join("SmolLM2-135M-Instruct.Q4_K_M.gguf"));
+    if p.is_file() {
+        return Some(p);
+    }
+    if std::env::var_os("BOLTCCL_LLM_FETCH").is_some() {
+        let ok = std::process::Command::new(root.join("make-q4km.sh")).arg(&cache).status().is_ok_and(|s| s.success());
+        if ok && p.is_file() {
+            return Some(p);
+        }
+    }
+    let why = format!(
+        "{} not found (run examples/llm/make-q4km.sh, or set BOLTCCL_LLM_FETCH=1 to let the \
+         test make it, or BOLTCCL_LLM_Q4KM=path)",
+        p.display()
+    );
+    prerequisite_missing(&why);
+    None
+}
+
 /// True when running in CI (`CI` set and not "false" or "0"), where a missing prerequisite
 /// (the model file, a GPU driver) fails a test instead of skipping it.
 pub fn in_ci() -> bool {

@@ -35,6 +35,11 @@ pub(super) fn has_dotprod() -> bool {
 const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
 const T_Q8_0: u8 = 2;
+const T_Q5_0: u8 = 3;
+const T_Q5_1: u8 = 4;
+const T_Q4_K: u8 = 5;
+const T_Q5_K: u8 = 6;
+const T_Q6_K: u8 = 7;
 
 /// Runs the kernel for `op` (with `sdot` when `dot`): into `out` (steps 1-5), or, when `out`
 /// is empty, into `exact` (step 6, units of `op.unit` blocks).
@@ -42,10 +47,27 @@ pub(super) fn dot_rows(op: &Operands, dot: bool, out: &mut [f32], exact: &mut [f
     assert!(!dot || has_dotprod(), "caller checked Isa::available");
     macro_rules! go {
         ($isa:ident, $t:expr) => {
+            go!($isa, rows, $t)
+        };
+        ($isa:ident, $rows:ident, $t:expr) => {
             if out.is_empty() {
-                $isa::rows::<{ $t }, true>(op, out, exact)
+                $isa::$rows::<{ $t }, true>(op, out, exact)
             } else {
-                $isa::rows::<{ $t }, false>(op, out, exact)
+                $isa::$rows::<{ $t }, false>(op, out, exact)
+            }
+        };
+    }
+    macro_rules! per_type {
+        ($isa:ident) => {
+            match op.ty {
+                GgmlType::Q4_0 => go!($isa, T_Q4_0),
+                GgmlType::Q4_1 => go!($isa, T_Q4_1),
+                GgmlType::Q5_0 => go!($isa, krows, T_Q5_0),
+                GgmlType::Q5_1 => go!($isa, krows, T_Q5_1),
+                GgmlType::Q4_K => go!($isa, krows, T_Q4_K),
+                GgmlType::Q5_K => go!($isa, krows, T_Q5_K),
+                GgmlType::Q6_K => go!($isa, krows, T_Q6_K),
+                _ => go!($isa, T_Q8_0),
             }
         };
     }
@@ -53,13 +75,10 @@ pub(super) fn dot_rows(op: &Operands, dot: bool, out: &mut [f32], exact: &mut [f
     // asserted above when used; `Operands` holds `out.len()` (or `exact.len()`) rows of `nb`
     // blocks (checked by `operands`), which is every index the kernels touch.
     unsafe {
-        match (dot, op.ty) {
-            (false, GgmlType::Q4_0) => go!(smull, T_Q4_0),
-            (false, GgmlType::Q4_1) => go!(smull, T_Q4_1),
-            (false, _) => go!(smull, T_Q8_0),
-            (true, GgmlType::Q4_0) => go!(sdot, T_Q4_0),
-            (true, GgmlType::Q4_1) => go!(sdot, T_Q4_1),
-            (true, _) => go!(sdot, T_Q8_0),
+        if dot {
+            per_type!(sdot)
+        } else {
+            per_type!(smull)
         }
     }
 }
@@ -104,6 +123,65 @@ unsafe fn f16x4(p: *const u16) -> float32x4_t {
         // SAFETY: a register-only conversion (no memory, no stack, no flags).
         asm!("fcvtl {o:v}.4s, {h:v}.4h", o = out(vreg) out, h = in(vreg) h, options(pure, nomem, nostack, preserves_flags));
         out
+    }
+}
+
+/// Block `b` of row `row` of a 5/6-bit or K-quant type as two signed 16-byte halves (elements
+/// 0..15, 16..31) holding the integers `w` of step 1.
+#[inline]
+unsafe fn kweights<const T: u8>(op: &Operands, row: usize, b: usize) -> (int8x16_t, int8x16_t) {
+    // SAFETY: the caller keeps this function's contract: every pointer it reads lies within
+    // `op`'s rows and blocks (`operands` checks: each plane holds whole groups of every row).
+    unsafe {
+        let low = vdupq_n_u8(0x0F);
+        let s8 = vreinterpretq_s8_u8;
+        if T == T_Q5_0 || T == T_Q5_1 {
+            let blk = row * op.nb + b;
+            let p = op.qs.as_ptr().add(blk * 16);
+            prefetch(p.wrapping_add(PREFETCH));
+            let q = vld1q_u8(p);
+            let qh = op.qh.as_ptr().add(blk * 4);
+            // Bit e of qh -> 0x10 in byte e.
+            let bit = vcombine_u8(vcreate_u8(0x8040201008040201), vcreate_u8(0x8040201008040201));
+            let hb =
+                |b0: u8, b1: u8| vandq_u8(vtstq_u8(vcombine_u8(vdup_n_u8(b0), vdup_n_u8(b1)), bit), vdupq_n_u8(0x10));
+            let lo = vorrq_u8(vandq_u8(q, low), hb(*qh, *qh.add(1)));
+            let hi = vorrq_u8(vshrq_n_u8::<4>(q), hb(*qh.add(2), *qh.add(3)));
+            return if T == T_Q5_0 {
+                (vsubq_s8(s8(lo), vdupq_n_s8(16)), vsubq_s8(s8(hi), vdupq_n_s8(16)))
+            } else {
+                (s8(lo), s8(hi))
+            };
+        }
+        let (g, t) = (row * (op.nb / 8) + b / 8, b % 8);
+        if T == T_Q6_K {
+            let (half, qq) = (t / 4, t % 4);
+            let p = op.qs.as_ptr().add(g * 128 + 64 * half + 32 * (qq % 2));
+            prefetch(p.wrapping_add(PREFETCH));
+            let h = op.qh.as_ptr().add(g * 64 + 32 * half);
+            prefetch(h.wrapping_add(PREFETCH / 2));
+            let shift = vdupq_n_s8(-(2 * qq as i8));
+            let one = |q: uint8x16_t, qh: uint8x16_t| {
+                let lo = if qq < 2 { vandq_u8(q, low) } else { vshrq_n_u8::<4>(q) };
+                let hb = vshlq_n_u8::<4>(vandq_u8(vshlq_u8(qh, shift), vdupq_n_u8(3)));
+                vsubq_s8(s8(vorrq_u8(lo, hb)), vdupq_n_s8(32))
+            };
+            return (one(vld1q_u8(p), vld1q_u8(h)), one(vld1q_u8(p.add(16)), vld1q_u8(h.add(16))));
+        }
+        // Q4_K, Q5_K.
+        let p = op.qs.as_ptr().add(g * 128 + 32 * (t / 2));
+        prefetch(p.wrapping_add(PREFETCH));
+        let shift = vdupq_n_s8(-(t as i8));
+        let one = |q: uint8x16_t, qh: *const u8| {
+            let v = if t % 2 == 0 { vandq_u8(q, low) } else { vshrq_n_u8::<4>(q) };
+            if T == T_Q5_K {
+                s8(vorrq_u8(v, vshlq_n_u8::<4>(vandq_u8(vshlq_u8(vld1q_u8(qh), shift), vdupq_n_u8(1)))))
+            } else {
+                s8(v)
+            }
+        };
+        let qh = op.qh.as_ptr().wrapping_add(g * 32); // read only for Q5_K
+        (one(vld1q_u8(p), qh), one(vld1q_u8(p.add(16)), qh.wrapping_add(16)))
     }
 }
 
@@ -232,6 +310,100 @@ macro_rules! kernels {
                             acc[i][par] = vsetq_lane_f32::<0>(l, acc[i][par]);
                         }
                     }
+                }
+                }
+            }
+
+            /// Steps 1-4 for block `b` (position `j` in its unit) of `R` rows from `r0` (5/6-bit
+            /// and K-quant types).
+            #[inline]
+            $(#[target_feature(enable = $feature)])?
+            unsafe fn kblock<const T: u8, const R: usize>(
+                op: &Operands,
+                r0: usize,
+                (b, j): (usize, usize),
+                acc: &mut [[float32x4_t; 4]; R],
+            ) {
+                // SAFETY: as for `kweights`; `sdot` runs only where `dot_rows` checked for it.
+                unsafe {
+                    let a0 = vld1q_s8(op.aq.as_ptr().add(b * 32));
+                    let a1 = vld1q_s8(op.aq.as_ptr().add(b * 32 + 16));
+                    let (dx, sx) = (*op.ad.get_unchecked(b), *op.as_.get_unchecked(b));
+                    let par = 2 * (j % 2);
+                    for i in 0..R {
+                        let (w0, w1) = kweights::<T>(op, r0 + i, b);
+                        let l0 = vcvtq_f32_s32($dot(w0, a0));
+                        let l1 = vcvtq_f32_s32($dot(w1, a1));
+                        let (c, mw) = super::super::kscales(op, r0 + i, b, dx);
+                        acc[i][par] = vfmaq_f32(acc[i][par], l0, vdupq_n_f32(c[0]));
+                        acc[i][par + 1] = vfmaq_f32(acc[i][par + 1], l1, vdupq_n_f32(c[1]));
+                        if T == T_Q5_1 || T == T_Q4_K || T == T_Q5_K {
+                            let l = mw.mul_add(sx, vgetq_lane_f32::<0>(acc[i][par]));
+                            acc[i][par] = vsetq_lane_f32::<0>(l, acc[i][par]);
+                        }
+                    }
+                }
+            }
+
+            /// `R` rows from `r0` of a 5/6-bit or K-quant type: steps 1-5 into `out`, or
+            /// (`EXACT`) step 6 into `exact`.
+            #[inline]
+            $(#[target_feature(enable = $feature)])?
+            unsafe fn kgroup<const T: u8, const R: usize, const EXACT: bool>(
+                op: &Operands,
+                r0: usize,
+                out: &mut [f32],
+                exact: &mut [f64],
+            ) {
+                // SAFETY: as for `kblock`.
+                unsafe {
+                let z = vdupq_n_f32(0.0);
+                let mut acc = [[z; 4]; R];
+                let mut ex = [[vdupq_n_f64(0.0); 2]; R];
+                let unit = if EXACT { op.unit } else { op.nb };
+                let mut u0 = 0;
+                while u0 < op.nb {
+                    let ue = (u0 + unit).min(op.nb);
+                    for b in u0..ue {
+                        kblock::<T, R>(op, r0, (b, b - u0), &mut acc);
+                    }
+                    if EXACT {
+                        for i in 0..R {
+                            let a = &acc[i];
+                            to_grid(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]), &mut ex[i]);
+                            acc[i] = [z; 4];
+                        }
+                    }
+                    u0 = ue;
+                }
+                for i in 0..R {
+                    if EXACT {
+                        let u = vaddq_f64(ex[i][0], ex[i][1]);
+                        exact[i] = vgetq_lane_f64::<0>(u) + vgetq_lane_f64::<1>(u);
+                    } else {
+                        let a = &acc[i];
+                        out[i] = hsum(vaddq_f32(a[0], a[2]), vaddq_f32(a[1], a[3]));
+                    }
+                }
+                }
+            }
+
+            /// All rows of a 5/6-bit or K-quant type: groups of four, then one at a time.
+            $(#[target_feature(enable = $feature)])?
+            pub(super) unsafe fn krows<const T: u8, const EXACT: bool>(op: &Operands, out: &mut [f32], exact: &mut [f64]) {
+                // SAFETY: as for `kblock`.
+                unsafe {
+                let n = if EXACT { exact.len() } else { out.len() };
+                let mut r = 0;
+                while r < n {
+                    let k = if r + ROWS <= n { ROWS } else { 1 };
+                    let (o, e) = if EXACT { (&mut [][..], &mut exact[r..r + k]) } else { (&mut out[r..r + k], &mut [][..]) };
+                    if k == ROWS {
+                        kgroup::<T, ROWS, EXACT>(op, r, o, e);
+                    } else {
+                        kgroup::<T, 1, EXACT>(op, r, o, e);
+                    }
+                    r += k;
                 }
                 }
             }

@@ -8,15 +8,22 @@
 //! the SIMD paths can be tested bit for bit against the scalar one. For a row with blocks `j`:
 //!
 //! 1. Integers, exact: per block, eight lanes `L[j][k] = sum(w[i] * q[i])` over the block's
-//!    elements `i = 4k..4k+3` (element order as in [`super::dequantize`]; `w` the nibble for
-//!    Q4_1, `nibble - 8` for Q4_0, the i8 for Q8_0; `q` the activation quants). This grouping is
-//!    what `pmaddubsw`+`pmaddwd`, `vpdpbusd` and `sdot` each produce natively.
-//! 2. Scales: `c[j] = f32(d_w[j]) * d_x[j]` (one rounding).
+//!    elements `i = 4k..4k+3` (element order as in [`super::dequantize`]; `w` the block's
+//!    integer weights: the nibble for Q4_1, `nibble - 8` for Q4_0, the i8 for Q8_0, the 5-bit
+//!    value for Q5_1 and Q5_K, minus 16 for Q5_0, the nibble for Q4_K, the 6-bit value minus
+//!    32 for Q6_K; `q` the activation quants). This grouping is what `pmaddubsw`+`pmaddwd`,
+//!    `vpdpbusd` and `sdot` each produce natively.
+//! 2. Scales: `c[j][k] = dw[j][k] * d_x[j]` (one rounding), with `dw` the weight scale of the
+//!    lane's elements as an exact f32: `f32(d)` for the 32-element types; for the K-quants the
+//!    super-block's `f32(d)` times the sub-block's integer scale (an f16 times an integer of at
+//!    most 8 bits: exact), the same for all eight lanes except in Q6_K, whose lanes 0-3 and 4-7
+//!    lie in two 16-element sub-blocks with scales of their own.
 //! 3. Two sets of eight f32 accumulators, even blocks into `A`, odd into `B`, each step a fused
-//!    multiply-add `A[k] = fma(c[j], f32(L[j][k]), A[k])` (two chains hide the FMA latency).
-//! 4. Q4_1 only, the minimum term, right after each block's step 3 on the same accumulator:
-//!    `A[0] = fma(f32(m_w[j]), s_x[j], A[0])` (lane 0 only; the Q4_1 value `d * n + m`
-//!    contributes `m * sum(x)` per block).
+//!    multiply-add `A[k] = fma(c[j][k], f32(L[j][k]), A[k])` (two chains hide the FMA latency).
+//! 4. Types with a minimum, right after each block's step 3 on the same accumulator:
+//!    `A[0] = fma(mw[j], s_x[j], A[0])` (lane 0 only; a value `dw * w + mw` contributes
+//!    `mw * sum(x)` per block), with `mw = f32(m)` for Q4_1 and Q5_1 and
+//!    `mw = -(f32(dmin) * mn[t])` (exact) for sub-block `t` of Q4_K and Q5_K.
 //! 5. `t[k] = A[k] + B[k]`, `u[k] = t[k] + t[k + 4]`, result `(u0 + u2) + (u1 + u3)`.
 //!
 //! Integer sums cannot overflow: |w| <= 128 and |q| <= 127 give at most 2 * 128 * 127 in an
@@ -50,7 +57,7 @@
 use std::ops::Range;
 use std::sync::OnceLock;
 
-use super::rows::h2f;
+use super::rows::{block_terms, PlaneRefs};
 use super::{GgmlType, Q8View, QuantRows, QK};
 
 #[cfg(target_arch = "aarch64")]
@@ -147,9 +154,13 @@ pub(crate) struct Operands<'a> {
     pub unit: usize,
     /// Quants of the rows, row after row.
     pub qs: &'a [u8],
-    /// f16 scale bits, `nb` per row.
+    /// High bits of the rows (Q5_0, Q5_1, Q5_K, Q6_K), else empty.
+    pub qh: &'a [u8],
+    /// Sub-block scales of the rows (K-quants), else empty.
+    pub sc: &'a [u8],
+    /// f16 scale bits, one per scale group (block, or K-quant super-block) of each row.
     pub d: &'a [u16],
-    /// f16 minimum bits, `nb` per row (Q4_1), else empty.
+    /// f16 minimum bits, one per group (Q4_1, Q5_1, Q4_K, Q5_K), else empty.
     pub m: &'a [u16],
     pub aq: &'a [i8],
     pub ad: &'a [f32],
@@ -215,13 +226,16 @@ fn operands<'a>(isa: Isa, w: &'a QuantRows, rows: Range<usize>, a: Q8View<'a>, u
     assert!(rows.end <= w.rows(), "dot_rows: rows {rows:?} of {}", w.rows());
     assert!(a.blocks() == nb, "dot_rows: {} activation blocks for rows of {nb}", a.blocks());
     assert!(Isa::available().contains(&isa), "{isa:?} is not available on this machine");
+    let p = w.planes_rows(rows);
     Operands {
         ty: w.ty,
         nb,
         unit: unit.min(nb).max(1),
-        qs: w.qs_rows(rows.clone()),
-        d: w.d_rows(rows.clone()),
-        m: w.m_rows(rows),
+        qs: p.qs,
+        qh: p.qh,
+        sc: p.sc,
+        d: p.d,
+        m: p.m,
         aq: a.qs,
         ad: a.d,
         as_: a.s,
@@ -248,23 +262,30 @@ pub(crate) fn to_grid(v: f32) -> f64 {
     (v as f64 * (1u64 << GRID_BITS) as f64).round_ties_even()
 }
 
-/// Weight values of block `j` of row `i` (Q4_1: nibble; Q4_0: nibble - 8; Q8_0: the i8).
-fn block_values(op: &Operands, i: usize, j: usize) -> [i32; QK] {
-    let mut v = [0i32; QK];
-    if op.ty == GgmlType::Q8_0 {
-        let q = &op.qs[(i * op.nb + j) * QK..][..QK];
-        for (o, &b) in v.iter_mut().zip(q) {
-            *o = b as i8 as i32;
+/// Steps 2 and 4's weight terms for block `b` of row `row` of a 5/6-bit or K-quant type, for
+/// kernels without a vector f16 conversion: the scales `c` of lanes 0-3 and 4-7 (times the
+/// activation scale `dx`) and the minimum `mw` (0 for types without one).
+#[allow(dead_code)] // used by the aarch64 kernels
+#[inline]
+pub(crate) fn kscales(op: &Operands, row: usize, b: usize, dx: f32) -> ([f32; 2], f32) {
+    use super::rows::h2f;
+    match op.ty {
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let blk = row * op.nb + b;
+            let c = h2f(op.d[blk]) * dx;
+            ([c; 2], if op.ty == GgmlType::Q5_1 { h2f(op.m[blk]) } else { 0.0 })
         }
-    } else {
-        let q = &op.qs[(i * op.nb + j) * QK / 2..][..QK / 2];
-        let off = if op.ty == GgmlType::Q4_0 { 8 } else { 0 };
-        for (e, &b) in q.iter().enumerate() {
-            v[e] = (b & 0x0F) as i32 - off;
-            v[e + QK / 2] = (b >> 4) as i32 - off;
+        _ => {
+            let (g, t) = (row * (op.nb / 8) + b / 8, b % 8);
+            let d = h2f(op.d[g]);
+            let sc = &op.sc[g * 16..g * 16 + 16];
+            if op.ty == GgmlType::Q6_K {
+                ([(d * sc[2 * t] as i8 as f32) * dx, (d * sc[2 * t + 1] as i8 as f32) * dx], 0.0)
+            } else {
+                ([(d * sc[t] as f32) * dx; 2], -(h2f(op.m[g]) * sc[8 + t] as f32))
+            }
         }
     }
-    v
 }
 
 /// Step 5.
@@ -276,18 +297,19 @@ pub(crate) fn reduce8(t: [f32; 8]) -> f32 {
 
 /// Steps 1-4 over blocks `b` of row `i`: the lanes `t = A + B`.
 fn scalar_lanes(op: &Operands, i: usize, b: Range<usize>) -> [f32; 8] {
+    let p = PlaneRefs { qs: op.qs, qh: op.qh, sc: op.sc, d: op.d, m: op.m };
     let mut acc = [[0f32; 8]; 2];
     for (jj, j) in b.enumerate() {
-        let w = block_values(op, i, j);
+        let bt = block_terms(op.ty, p, op.nb, i, j);
         let q = &op.aq[j * QK..][..QK];
-        let c = h2f(op.d[i * op.nb + j]) * op.ad[j];
         let a = &mut acc[jj % 2];
         for (k, ak) in a.iter_mut().enumerate() {
-            let l: i32 = (4 * k..4 * k + 4).map(|e| w[e] * q[e] as i32).sum();
+            let l: i32 = (4 * k..4 * k + 4).map(|e| bt.w[e] * q[e] as i32).sum();
+            let c = bt.dw[k / 4] * op.ad[j];
             *ak = c.mul_add(l as f32, *ak);
         }
-        if op.ty == GgmlType::Q4_1 {
-            a[0] = h2f(op.m[i * op.nb + j]).mul_add(op.as_[j], a[0]);
+        if let Some(m) = bt.mw {
+            a[0] = m.mul_add(op.as_[j], a[0]);
         }
     }
     std::array::from_fn(|k| acc[0][k] + acc[1][k])

@@ -74,6 +74,11 @@ impl Dot {
 const T_Q4_0: u8 = 0;
 const T_Q4_1: u8 = 1;
 const T_Q8_0: u8 = 2;
+const T_Q5_0: u8 = 3;
+const T_Q5_1: u8 = 4;
+const T_Q4_K: u8 = 5;
+const T_Q5_K: u8 = 6;
+const T_Q6_K: u8 = 7;
 
 /// Runs the kernel for `op` built on `dot`: into `out` (steps 1-5), or, when `out` is empty,
 /// into `exact` (step 6, units of `op.unit` blocks).
@@ -81,10 +86,27 @@ pub(super) fn dot_rows(op: &Operands, dot: Dot, out: &mut [f32], exact: &mut [f6
     assert!(dot.available(), "caller checked Isa::available");
     macro_rules! go {
         ($isa:ident, $t:expr) => {
+            go!($isa, rows, $t)
+        };
+        ($isa:ident, $rows:ident, $t:expr) => {
             if out.is_empty() {
-                $isa::rows::<{ $t }, true>(op, out, exact)
+                $isa::$rows::<{ $t }, true>(op, out, exact)
             } else {
-                $isa::rows::<{ $t }, false>(op, out, exact)
+                $isa::$rows::<{ $t }, false>(op, out, exact)
+            }
+        };
+    }
+    macro_rules! per_type {
+        ($isa:ident) => {
+            match op.ty {
+                GgmlType::Q4_0 => go!($isa, T_Q4_0),
+                GgmlType::Q4_1 => go!($isa, T_Q4_1),
+                GgmlType::Q5_0 => go!($isa, krows, T_Q5_0),
+                GgmlType::Q5_1 => go!($isa, krows, T_Q5_1),
+                GgmlType::Q4_K => go!($isa, krows, T_Q4_K),
+                GgmlType::Q5_K => go!($isa, krows, T_Q5_K),
+                GgmlType::Q6_K => go!($isa, krows, T_Q6_K),
+                _ => go!($isa, T_Q8_0),
             }
         };
     }
@@ -92,16 +114,10 @@ pub(super) fn dot_rows(op: &Operands, dot: Dot, out: &mut [f32], exact: &mut [f6
     // `exact.len()`) rows of `nb` blocks (checked by `operands`), which is every index the
     // kernels read.
     unsafe {
-        match (dot, op.ty) {
-            (Dot::Avx2, GgmlType::Q4_0) => go!(avx2, T_Q4_0),
-            (Dot::Avx2, GgmlType::Q4_1) => go!(avx2, T_Q4_1),
-            (Dot::Avx2, _) => go!(avx2, T_Q8_0),
-            (Dot::AvxVnni, GgmlType::Q4_0) => go!(vnni, T_Q4_0),
-            (Dot::AvxVnni, GgmlType::Q4_1) => go!(vnni, T_Q4_1),
-            (Dot::AvxVnni, _) => go!(vnni, T_Q8_0),
-            (Dot::Avx512Vnni, GgmlType::Q4_0) => go!(vnni512, T_Q4_0),
-            (Dot::Avx512Vnni, GgmlType::Q4_1) => go!(vnni512, T_Q4_1),
-            (Dot::Avx512Vnni, _) => go!(vnni512, T_Q8_0),
+        match dot {
+            Dot::Avx2 => per_type!(avx2),
+            Dot::AvxVnni => per_type!(vnni),
+            Dot::Avx512Vnni => per_type!(vnni512),
         }
     }
 }
@@ -239,6 +255,89 @@ unsafe fn pair_sums(op: &Operands, c0: usize, n: usize, out: &mut [f32; 4 * CHUN
         for b in 0..n {
             out[(b / 2) * 8 + (b % 2) * 4] = *op.as_.get_unchecked(c0 + b);
         }
+    }
+}
+
+/// Byte `k` of the result is 0xFF where bit `k` of `x` is set, else 0 (llama.cpp's
+/// `bytes_from_bits_32`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bytes_from_bits(x: u32) -> __m256i {
+    let shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuf);
+    let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+}
+
+/// Block `b` of row `row` of a 5/6-bit or K-quant type as 32 weight bytes in element order:
+/// the integers `w` of step 1 (signed for Q5_0 and Q6_K, unsigned for the others).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kweights<const T: u8>(op: &Operands, row: usize, b: usize) -> __m256i {
+    // SAFETY: the caller keeps this function's contract: the CPU has the features it is
+    // compiled for (`dot_rows` checks), and every index it reads lies within `op`'s rows and
+    // blocks (`operands` checks: each plane holds whole groups of every row).
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        if T == T_Q5_0 || T == T_Q5_1 {
+            let blk = row * op.nb + b;
+            let p = op.qs.as_ptr().add(blk * 16);
+            _mm_prefetch::<PREFETCH_HINT>(p.cast::<i8>().wrapping_add(PREFETCH));
+            let q = _mm_loadu_si128(p as *const __m128i);
+            let v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(q), q), low);
+            let qh = (op.qh.as_ptr().add(blk * 4) as *const u32).read_unaligned();
+            let v = _mm256_or_si256(v, _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10)));
+            return if T == T_Q5_0 { _mm256_sub_epi8(v, _mm256_set1_epi8(16)) } else { v };
+        }
+        let (g, t) = (row * (op.nb / 8) + b / 8, b % 8);
+        if T == T_Q6_K {
+            let (half, qq) = (t / 4, t % 4);
+            let p = op.qs.as_ptr().add(g * 128 + 64 * half + 32 * (qq % 2));
+            _mm_prefetch::<PREFETCH_HINT>(p.cast::<i8>().wrapping_add(PREFETCH));
+            let q = _mm256_loadu_si256(p as *const __m256i);
+            let lo = if qq < 2 { q } else { _mm256_srli_epi16::<4>(q) };
+            let h = op.qh.as_ptr().add(g * 64 + 32 * half);
+            _mm_prefetch::<PREFETCH_HINT>(h.cast::<i8>().wrapping_add(PREFETCH / 2));
+            let qh = _mm256_loadu_si256(h as *const __m256i);
+            let hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * qq as i32)), _mm256_set1_epi8(3));
+            let v = _mm256_or_si256(_mm256_and_si256(lo, low), _mm256_slli_epi16::<4>(hb));
+            return _mm256_sub_epi8(v, _mm256_set1_epi8(32));
+        }
+        // Q4_K, Q5_K.
+        let p = op.qs.as_ptr().add(g * 128 + 32 * (t / 2));
+        _mm_prefetch::<PREFETCH_HINT>(p.cast::<i8>().wrapping_add(PREFETCH));
+        let q = _mm256_loadu_si256(p as *const __m256i);
+        let v = _mm256_and_si256(if t % 2 == 0 { q } else { _mm256_srli_epi16::<4>(q) }, low);
+        if T == T_Q5_K {
+            let qh = _mm256_loadu_si256(op.qh.as_ptr().add(g * 32) as *const __m256i);
+            let hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(t as i32)), _mm256_set1_epi8(1));
+            return _mm256_or_si256(v, _mm256_slli_epi16::<4>(hb));
+        }
+        v
+    }
+}
+
+/// Steps 2 and 4's weight terms for block `b` of row `row`: the lanes' scales `c` (times the
+/// activation scale `dx`) and the minimum `mw` (0 for the types without one).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kscales<const T: u8>(op: &Operands, row: usize, b: usize, dx: f32) -> (__m256, f32) {
+    // SAFETY: as for `kweights`.
+    unsafe {
+        if T == T_Q5_0 || T == T_Q5_1 {
+            let blk = row * op.nb + b;
+            let c = _mm256_set1_ps(h2f(*op.d.get_unchecked(blk)) * dx);
+            return (c, if T == T_Q5_1 { h2f(*op.m.get_unchecked(blk)) } else { 0.0 });
+        }
+        let (g, t) = (row * (op.nb / 8) + b / 8, b % 8);
+        let d = h2f(*op.d.get_unchecked(g));
+        let sc = op.sc.as_ptr().add(g * 16);
+        if T == T_Q6_K {
+            let (s0, s1) = (*sc.add(2 * t) as i8 as f32, *sc.add(2 * t + 1) as i8 as f32);
+            return (_mm256_set_m128(_mm_set1_ps((d * s1) * dx), _mm_set1_ps((d * s0) * dx)), 0.0);
+        }
+        let c = _mm256_set1_ps((d * *sc.add(t) as f32) * dx);
+        (c, -(h2f(*op.m.get_unchecked(g)) * *sc.add(8 + t) as f32))
     }
 }
 
@@ -449,6 +548,102 @@ macro_rules! kernels {
                         // Not reached (no kernel calls another), but never worth a panic.
                         Err(_) => rows_in::<T, EXACT>(op, out, exact, &mut [NO_SCALES; ROWS]),
                     })
+                }
+            }
+
+            /// Steps 1-4 for block `b` of `R` rows from `r0` (5/6-bit and K-quant types), into
+            /// `acc` (the even or the odd accumulators, eight lanes in order).
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn kblock<const T: u8, const R: usize>(op: &Operands, r0: usize, b: usize, acc: &mut [__m256; R]) {
+                // SAFETY: the caller keeps this function's contract (see `kweights`).
+                unsafe {
+                    let a = _mm256_loadu_si256(op.aq.as_ptr().add(b * 32) as *const __m256i);
+                    let (dx, sx) = (*op.ad.get_unchecked(b), _mm256_set1_ps(*op.as_.get_unchecked(b)));
+                    for i in 0..R {
+                        let w = kweights::<T>(op, r0 + i, b);
+                        let l = if T == T_Q5_0 || T == T_Q6_K {
+                            dot_signed(w, a)
+                        } else {
+                            dot(_mm256_setzero_si256(), w, a)
+                        };
+                        let (c, mw) = kscales::<T>(op, r0 + i, b, dx);
+                        acc[i] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(l), acc[i]);
+                        if T == T_Q5_1 || T == T_Q4_K || T == T_Q5_K {
+                            // Step 4 on lane 0; the other lanes add 0 * s, which leaves them
+                            // unchanged (never -0, see `accumulate`).
+                            acc[i] = _mm256_fmadd_ps(_mm256_setr_ps(mw, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0), sx, acc[i]);
+                        }
+                    }
+                }
+            }
+
+            /// `R` rows from `r0` of a 5/6-bit or K-quant type: steps 1-5 into `out`, or
+            /// (`EXACT`) step 6 into `exact`; even blocks of a unit into `x`, odd into `y`.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn kgroup<const T: u8, const R: usize, const EXACT: bool>(
+                op: &Operands,
+                r0: usize,
+                out: &mut [f32],
+                exact: &mut [f64],
+            ) {
+                // SAFETY: the caller keeps this function's contract (see `kweights`).
+                unsafe {
+                    let (mut x, mut y) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+                    let mut ex = [_mm256_setzero_pd(); R];
+                    let unit = if EXACT { op.unit } else { op.nb };
+                    let mut u0 = 0;
+                    while u0 < op.nb {
+                        let ue = (u0 + unit).min(op.nb);
+                        let mut b = u0;
+                        while b < ue {
+                            kblock::<T, R>(op, r0, b, &mut x);
+                            if b + 1 < ue {
+                                kblock::<T, R>(op, r0, b + 1, &mut y);
+                            }
+                            b += 2;
+                        }
+                        if EXACT {
+                            for i in 0..R {
+                                to_grid(_mm256_add_ps(x[i], y[i]), &mut ex[i]);
+                                (x[i], y[i]) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                            }
+                        }
+                        u0 = ue;
+                    }
+                    for i in 0..R {
+                        if EXACT {
+                            exact[i] = hsum_pd(ex[i]);
+                        } else {
+                            out[i] = hsum(_mm256_add_ps(x[i], y[i]));
+                        }
+                    }
+                }
+            }
+
+            /// All rows of a 5/6-bit or K-quant type: groups of four, then one at a time.
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn krows<const T: u8, const EXACT: bool>(
+                op: &Operands,
+                out: &mut [f32],
+                exact: &mut [f64],
+            ) {
+                // SAFETY: the caller keeps this function's contract (see `kweights`).
+                unsafe {
+                    let n = if EXACT { exact.len() } else { out.len() };
+                    let mut r = 0;
+                    while r < n {
+                        let k = if r + ROWS <= n { ROWS } else { 1 };
+                        let (o, e) =
+                            if EXACT { (&mut [][..], &mut exact[r..r + k]) } else { (&mut out[r..r + k], &mut [][..]) };
+                        if k == ROWS {
+                            kgroup::<T, ROWS, EXACT>(op, r, o, e);
+                        } else {
+                            kgroup::<T, 1, EXACT>(op, r, o, e);
+                        }
+                        r += k;
+                    }
                 }
             }
 
