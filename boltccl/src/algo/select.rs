@@ -152,7 +152,7 @@ impl BroadcastPlan {
 
 /// The algorithm `coll` runs on `bytes` (the whole buffer: for all-gather the output, for
 /// reduce-scatter the input), over `cabling`, with the agreed settings `cfg`: the name of the
-/// plan [`all_reduce`], [`gather`] or [`broadcast`] make (barrier and send/recv have one form,
+/// plan `all_reduce`, `gather` or `broadcast` (in this module) makes (barrier and send/recv have one form,
 /// named mesh).
 pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -> Algo {
     match coll {
