@@ -113,17 +113,23 @@ fn rank_arg(what: &str, r: c_int, size: usize) -> Result<usize, Failure> {
     }
 }
 
+/// The size in bytes of `count` items of `ty` at `p`; a NULL `p` is refused unless that is 0.
+fn buffer_len(p: *const c_void, count: usize, ty: &Datatype) -> Result<usize, Failure> {
+    let n = count.checked_mul(ty.item_bytes()).ok_or("the buffer's size overflows")?;
+    if n != 0 && p.is_null() {
+        return Err(format!("a NULL buffer for {count} items of {}", ty.name()));
+    }
+    Ok(n)
+}
+
 /// The bytes of `count` items of `ty` at `p` (an empty slice for none, whatever `p` is).
 ///
 /// # Safety
 /// Unless the size is zero, `p` must point to that many readable bytes.
 unsafe fn bytes<'a>(p: *const c_void, count: usize, ty: &Datatype) -> Result<&'a [u8], Failure> {
-    let n = count.checked_mul(ty.item_bytes()).ok_or("the buffer's size overflows")?;
+    let n = buffer_len(p, count, ty)?;
     if n == 0 {
         return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(format!("a NULL buffer for {count} items of {}", ty.name()));
     }
     // SAFETY: non-NULL and `n` readable bytes per the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(p as *const u8, n) })
@@ -135,12 +141,9 @@ unsafe fn bytes<'a>(p: *const c_void, count: usize, ty: &Datatype) -> Result<&'a
 /// Unless the size is zero, `p` must point to that many writable bytes that nothing else
 /// accesses during the call.
 unsafe fn bytes_mut<'a>(p: *mut c_void, count: usize, ty: &Datatype) -> Result<&'a mut [u8], Failure> {
-    let n = count.checked_mul(ty.item_bytes()).ok_or("the buffer's size overflows")?;
+    let n = buffer_len(p, count, ty)?;
     if n == 0 {
         return Ok(&mut []);
-    }
-    if p.is_null() {
-        return Err(format!("a NULL buffer for {count} items of {}", ty.name()));
     }
     // SAFETY: non-NULL, `n` writable bytes, not aliased, per the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) })
@@ -244,22 +247,31 @@ pub extern "C" fn MPI_Finalize() -> c_int {
     })
 }
 
+/// Write `of(group)` for the communicator `comm` to `out`: `MPI_Comm_rank`, `MPI_Comm_size`.
+///
+/// # Safety
+/// `comm` must be a live communicator handle; `out` NULL or writable.
+unsafe fn comm_number(call: &str, comm: Handle, out: *mut c_int, of: fn(&Group) -> usize) -> c_int {
+    guarded(call, || {
+        // SAFETY: per the contract.
+        let v = unsafe { on_group(comm, |g| Ok(of(g))) }?;
+        if out.is_null() {
+            return Err("NULL output pointer".into());
+        }
+        // SAFETY: non-NULL, writable per the contract.
+        unsafe { *out = v as c_int };
+        Ok(())
+    })
+}
+
 /// `MPI_Comm_rank`.
 ///
 /// # Safety
 /// `comm` must be a live communicator handle; `rank` writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
-    guarded("MPI_Comm_rank", || {
-        // SAFETY: per the contract.
-        let r = unsafe { on_group(comm, |g| Ok(g.rank())) }?;
-        if rank.is_null() {
-            return Err("NULL rank pointer".into());
-        }
-        // SAFETY: writable per the contract.
-        unsafe { *rank = r as c_int };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is comm_number's.
+    unsafe { comm_number("MPI_Comm_rank", comm, rank, Group::rank) }
 }
 
 /// `MPI_Comm_size`.
@@ -268,16 +280,8 @@ pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int 
 /// `comm` must be a live communicator handle; `size` writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
-    guarded("MPI_Comm_size", || {
-        // SAFETY: per the contract.
-        let n = unsafe { on_group(comm, |g| Ok(g.size())) }?;
-        if size.is_null() {
-            return Err("NULL size pointer".into());
-        }
-        // SAFETY: writable per the contract.
-        unsafe { *size = n as c_int };
-        Ok(())
-    })
+    // SAFETY: the caller's contract is comm_number's.
+    unsafe { comm_number("MPI_Comm_size", comm, size, Group::size) }
 }
 
 /// `MPI_Comm_split`: `boltccl::Group::split`. Ranks with the same `color` form a group,
