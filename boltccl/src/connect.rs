@@ -4,7 +4,7 @@
 
 use crate::config::{Backend, Config};
 use crate::error::Result;
-use crate::transport::mesh::Mesh;
+use crate::transport::links::Links;
 use crate::transport::{shm, verbs, Transport};
 use crate::{bootstrap, host, probe, transport};
 
@@ -28,7 +28,7 @@ pub(crate) fn connect(cfg: &Config) -> Result<Box<dyn Transport>> {
     let boot = bootstrap::connect(cfg, &links, offer.as_ref().map(|o| o.name()))?;
     let (peers, job) = (boot.peers, boot.job);
     let here = cfg.local_world_size.unwrap_or_else(|| host::local_ranks(&peers, cfg.rank));
-    let mut mesh = Mesh::over_tcp(cfg, boot.links, boot.control, here)?;
+    let mut mesh = Links::over_tcp(cfg, boot.links, boot.control, here)?;
     let local = host::local_peers(&peers, cfg.rank);
     if let Some(plan) = rdma {
         verbs::attach(&mut mesh, plan, cfg, &local)?;

@@ -5,7 +5,7 @@
 //! ([`crate::request`]).
 
 use crate::algo::select::{self, select, AllReducePlan, BroadcastPlan, GatherPlan};
-use crate::algo::{direct, doubling, hosts, mesh, p2p, ring, ring_ops, Link, Scratch};
+use crate::algo::{direct, doubling, hosts, one_step, p2p, ring, ring_ops, Comm, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
 use crate::request::{Queue, RawRequest, Scope};
@@ -460,7 +460,7 @@ impl Core {
 
     /// Run one call: serialise, check poison, number it, run `f` on the links, poison on
     /// failure.
-    fn run(&self, call: Call, turn: Turn, f: impl FnOnce(&mut Link<'_>, &mut Scratch) -> Result<()>) -> Result<()> {
+    fn run(&self, call: Call, turn: Turn, f: impl FnOnce(&mut Comm<'_>, &mut Scratch) -> Result<()>) -> Result<()> {
         let mut st = match turn {
             Turn::Try => self.state.try_lock().ok_or(Error::Busy)?,
             Turn::Wait => self.state.lock(),
@@ -485,9 +485,9 @@ impl Core {
             interrupt: self.shared.interrupt.lock().clone(),
             bytes: call.count * call.dtype.size(),
         };
-        let mut link =
-            Link { t: &mut **transport, members: &self.members, me: self.me, base, chunk: self.chunk, limits };
-        let r = f(&mut link, &mut st.scratch);
+        let mut comm =
+            Comm { t: &mut **transport, members: &self.members, me: self.me, base, chunk: self.chunk, limits };
+        let r = f(&mut comm, &mut st.scratch);
         if let Err(e) = &r {
             tracing::debug!("call failed: {e}");
             if !e.is_local() {
@@ -633,44 +633,44 @@ impl Op<'_> {
             Op::AllReduce { op, dtype, input, output } => {
                 let plan = select::all_reduce(output.len(), &g.cabling, g.me, &g.shared.cfg);
                 let call = Call::new(Collective::AllReduce, dtype, op, output.len());
-                g.run(call, turn, |link, scratch| {
-                    if link.size() == 1 {
+                g.run(call, turn, |comm, scratch| {
+                    if comm.size() == 1 {
                         if let Some(i) = input {
                             output.copy_from_slice(i);
                         }
                         return Ok(());
                     }
                     match &plan {
-                        AllReducePlan::Mesh => mesh::all_reduce(link, scratch, op, dtype, input, output),
-                        AllReducePlan::Doubling => doubling::all_reduce(link, scratch, op, dtype, input, output),
-                        AllReducePlan::Ring => ring::all_reduce(link, scratch, op, dtype, input, output),
-                        AllReducePlan::Direct => direct::all_reduce(link, scratch, op, dtype, input, output),
-                        AllReducePlan::Hosts(plan) => hosts::all_reduce(link, scratch, plan, op, dtype, input, output),
+                        AllReducePlan::OneStep => one_step::all_reduce(comm, scratch, op, dtype, input, output),
+                        AllReducePlan::Doubling => doubling::all_reduce(comm, scratch, op, dtype, input, output),
+                        AllReducePlan::Ring => ring::all_reduce(comm, scratch, op, dtype, input, output),
+                        AllReducePlan::Direct => direct::all_reduce(comm, scratch, op, dtype, input, output),
+                        AllReducePlan::Hosts(plan) => hosts::all_reduce(comm, scratch, plan, op, dtype, input, output),
                     }
                 })
             }
             Op::AllGather { dtype, input, output } => {
                 let plan = select::gather(output.len(), &g.cabling, &g.shared.cfg);
-                g.run(Call::new(Collective::AllGather, dtype, ReduceOp::Sum, input.len()), turn, |link, _| match plan {
-                    GatherPlan::Ring => ring_ops::all_gather(link, input, output, dtype.size()),
-                    GatherPlan::Direct => direct::all_gather(link, input, output),
+                g.run(Call::new(Collective::AllGather, dtype, ReduceOp::Sum, input.len()), turn, |comm, _| match plan {
+                    GatherPlan::Ring => ring_ops::all_gather(comm, input, output, dtype.size()),
+                    GatherPlan::Direct => direct::all_gather(comm, input, output),
                 })
             }
             Op::ReduceScatter { op, dtype, input, output } => {
                 let plan = select::gather(input.len(), &g.cabling, &g.shared.cfg);
-                g.run(Call::new(Collective::ReduceScatter, dtype, op, output.len()), turn, |link, scratch| match plan {
-                    GatherPlan::Ring => ring_ops::reduce_scatter(link, scratch, op, dtype, input, output),
-                    GatherPlan::Direct => direct::reduce_scatter(link, scratch, op, dtype, input, output),
+                g.run(Call::new(Collective::ReduceScatter, dtype, op, output.len()), turn, |comm, scratch| match plan {
+                    GatherPlan::Ring => ring_ops::reduce_scatter(comm, scratch, op, dtype, input, output),
+                    GatherPlan::Direct => direct::reduce_scatter(comm, scratch, op, dtype, input, output),
                 })
             }
             Op::Broadcast { dtype, buf, root } => {
                 let plan = select::broadcast(buf.len(), &g.cabling, &g.shared.cfg);
                 let call = Call { root, ..Call::new(Collective::Broadcast, dtype, ReduceOp::Sum, buf.len()) };
-                g.run(call, turn, |link, _| match plan {
-                    _ if link.size() == 1 => Ok(()),
-                    BroadcastPlan::Ring => ring_ops::broadcast(link, buf, root, dtype.size()),
-                    BroadcastPlan::Direct => direct::broadcast(link, buf, root, dtype.size()),
-                    BroadcastPlan::FromRoot => direct::broadcast_from_root(link, buf, root),
+                g.run(call, turn, |comm, _| match plan {
+                    _ if comm.size() == 1 => Ok(()),
+                    BroadcastPlan::Ring => ring_ops::broadcast(comm, buf, root, dtype.size()),
+                    BroadcastPlan::Direct => direct::broadcast(comm, buf, root, dtype.size()),
+                    BroadcastPlan::FromRoot => direct::broadcast_from_root(comm, buf, root),
                 })
             }
             Op::Send { dtype, buf, peer } => {
@@ -678,18 +678,18 @@ impl Op<'_> {
                     p2p: Some((peer, true)),
                     ..Call::new(Collective::SendRecv, dtype, ReduceOp::Sum, buf.len())
                 };
-                g.run(call, turn, |link, _| p2p::send(link, buf, peer))
+                g.run(call, turn, |comm, _| p2p::send(comm, buf, peer))
             }
             Op::Recv { dtype, buf, peer } => {
                 let call = Call {
                     p2p: Some((peer, false)),
                     ..Call::new(Collective::SendRecv, dtype, ReduceOp::Sum, buf.len())
                 };
-                g.run(call, turn, |link, _| p2p::recv(link, buf, peer))
+                g.run(call, turn, |comm, _| p2p::recv(comm, buf, peer))
             }
-            Op::Barrier => {
-                g.run(Call::new(Collective::Barrier, DType::U8, ReduceOp::Sum, 0), turn, |link, _| mesh::barrier(link))
-            }
+            Op::Barrier => g.run(Call::new(Collective::Barrier, DType::U8, ReduceOp::Sum, 0), turn, |comm, _| {
+                one_step::barrier(comm)
+            }),
         }
     }
 }

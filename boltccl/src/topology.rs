@@ -33,8 +33,8 @@ pub struct Levels {
 /// What the fast links of a group form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
-    /// Every pair is linked alike.
-    Mesh,
+    /// Every pair is linked alike (a full mesh).
+    AllPairs,
     /// Each rank is linked to its ring neighbours in group order (at least 3 ranks), but not
     /// every pair is: large collectives go around the ring, so bulk data stays on fast links.
     Ring,
@@ -143,11 +143,11 @@ impl Cabling {
 
     /// What the links form.
     pub fn shape(&self) -> Shape {
-        let Some(l) = &self.links else { return Shape::Mesh };
+        let Some(l) = &self.links else { return Shape::AllPairs };
         let n = self.size;
         let linked = |a: usize, b: usize| a == b || l[a][b];
         if (0..n).all(|a| (0..n).all(|b| linked(a, b))) {
-            Shape::Mesh
+            Shape::AllPairs
         } else if n >= 3 && (0..n).all(|a| linked(a, (a + 1) % n)) {
             Shape::Ring
         } else {
@@ -232,15 +232,15 @@ pub(crate) mod tests {
 
     #[test]
     fn shapes() {
-        assert_eq!(Cabling::uniform(4).shape(), Shape::Mesh);
+        assert_eq!(Cabling::uniform(4).shape(), Shape::AllPairs);
         assert_eq!(ring4().shape(), Shape::Ring);
-        assert_eq!(Cabling::from_links(vec![vec![true; 4]; 4]).shape(), Shape::Mesh);
+        assert_eq!(Cabling::from_links(vec![vec![true; 4]; 4]).shape(), Shape::AllPairs);
         // Two ranks linked, two not: partial; its sub-group of the two linked ones: a mesh.
         let mut l = vec![vec![false; 4]; 4];
         (l[0][1], l[1][0]) = (true, true);
         let c = Cabling::from_links(l);
         assert_eq!(c.shape(), Shape::Partial);
-        assert_eq!(c.subset(&[1, 0]).shape(), Shape::Mesh);
+        assert_eq!(c.subset(&[1, 0]).shape(), Shape::AllPairs);
         // A ring in another order is not a ring in group order.
         assert_eq!(ring4().subset(&[0, 2, 1, 3]).shape(), Shape::Partial);
         // Three ranks of a 4-ring: 2 and 0 are not neighbours there.

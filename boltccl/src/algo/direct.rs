@@ -6,7 +6,7 @@
 //! the minimum for an all-reduce, over all P-1 links in parallel.
 
 use super::plan::{bytes, partition, piece_count, pieces};
-use super::{cut, cut_mut, fold_rank_order, regions, Link, Pool, Scratch};
+use super::{cut, cut_mut, fold_rank_order, regions, Comm, Pool, Scratch};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
 use crate::types::{DType, ReduceOp};
@@ -16,7 +16,7 @@ use std::ops::Range;
 /// Every rank sends its contribution to `shards[q]` (byte ranges of `input`) to rank q; this
 /// rank folds all contributions to its own shard, in rank order, into `output`.
 pub(crate) fn reduce_to_owner(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     slots: &mut Pool,
     op: ReduceOp,
     dtype: DType,
@@ -24,7 +24,7 @@ pub(crate) fn reduce_to_owner(
     input: &[u8],
     output: &mut [u8],
 ) -> Result<()> {
-    let (p, me, chunk) = (link.size(), link.me, link.chunk);
+    let (p, me, chunk) = (comm.size(), comm.me, comm.chunk);
     let others = p - 1;
     let sources: Vec<&[u8]> = shards.iter().map(|r| &input[r.clone()]).collect();
     let (local, out) = (sources[me], output);
@@ -33,7 +33,7 @@ pub(crate) fn reduce_to_owner(
         return Ok(());
     }
     let npieces: Vec<usize> = shards.iter().map(|r| piece_count(r.len(), chunk)).collect();
-    let batch = link.batch(others);
+    let batch = comm.batch(others);
     let batches = npieces.iter().max().copied().unwrap_or(1).div_ceil(batch);
     let slot_bytes = batch * others * chunk;
     let mut out_pieces: Vec<&mut [u8]> = out.chunks_mut(chunk).collect();
@@ -44,8 +44,8 @@ pub(crate) fn reduce_to_owner(
         for q in (0..p).filter(|&q| q != me) {
             for (k, r) in pieces(0..sources[q].len(), chunk).enumerate().skip(first).take(batch) {
                 sends.push(SendOp {
-                    peer: link.peer(q),
-                    header: link.hdr(Phase::Reduce, b, k - first, r.len())?,
+                    peer: comm.peer(q),
+                    header: comm.hdr(Phase::Reduce, b, k - first, r.len())?,
                     data: &sources[q][r],
                 });
             }
@@ -57,8 +57,8 @@ pub(crate) fn reduce_to_owner(
             for q in (0..p).filter(|&q| q != me) {
                 let slot = slots.next().expect("batch fits the slot area");
                 recvs.push(RecvOp {
-                    peer: link.peer(q),
-                    expect: link.hdr(Phase::Reduce, b, k, r.len())?,
+                    peer: comm.peer(q),
+                    expect: comm.hdr(Phase::Reduce, b, k, r.len())?,
                     buf: &mut slot[..r.len()],
                 });
             }
@@ -76,19 +76,19 @@ pub(crate) fn reduce_to_owner(
             }
             Ok(())
         };
-        link.exchange(&sends, &mut recvs, &mut on_recv)?;
+        comm.exchange(&sends, &mut recvs, &mut on_recv)?;
     }
     Ok(())
 }
 
 /// Every rank holds `buf[shards[me]]`; afterwards every rank holds all of `buf`.
 pub(crate) fn all_gather_ranges(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     shards: &[Range<usize>],
     buf: &mut [u8],
     phase: Phase,
 ) -> Result<()> {
-    let (p, me, chunk) = (link.size(), link.me, link.chunk);
+    let (p, me, chunk) = (comm.size(), comm.me, comm.chunk);
     let mut shard_views = regions(buf, shards)?;
     let mine: &mut [u8] = std::mem::take(&mut shard_views[me]);
     let mine: &[u8] = mine;
@@ -101,8 +101,8 @@ pub(crate) fn all_gather_ranges(
         for q in (0..p).filter(|&q| q != me) {
             for (k, r) in pieces(0..mine.len(), chunk).enumerate().skip(first).take(batch) {
                 sends.push(SendOp {
-                    peer: link.peer(q),
-                    header: link.hdr(phase, b, k - first, r.len())?,
+                    peer: comm.peer(q),
+                    header: comm.hdr(phase, b, k - first, r.len())?,
                     data: &mine[r],
                 });
             }
@@ -115,13 +115,13 @@ pub(crate) fn all_gather_ranges(
             for (k, piece) in region.iter_mut().enumerate().skip(first).take(batch) {
                 let len = piece.len();
                 recvs.push(RecvOp {
-                    peer: link.peer(q),
-                    expect: link.hdr(phase, b, k - first, len)?,
+                    peer: comm.peer(q),
+                    expect: comm.hdr(phase, b, k - first, len)?,
                     buf: &mut piece[..],
                 });
             }
         }
-        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+        comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
     }
     Ok(())
 }
@@ -135,19 +135,19 @@ const MAX_BATCH_GATHER: usize = 1024;
 /// `b - 1`), so neither phase leaves the links idle while the other drains. `input` is `None`
 /// when `buf` holds the input.
 pub(crate) fn all_reduce(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     scratch: &mut Scratch,
     op: ReduceOp,
     dtype: DType,
     input: Option<&[u8]>,
     buf: &mut [u8],
 ) -> Result<()> {
-    let (p, me, chunk, e) = (link.size(), link.me, link.chunk, dtype.size());
+    let (p, me, chunk, e) = (comm.size(), comm.me, comm.chunk, dtype.size());
     let others = p - 1;
     let shards: Vec<Range<usize>> = partition(buf.len() / e, p).iter().map(|r| bytes(r, e)).collect();
     let inputs: Option<Vec<Vec<&[u8]>>> = input.map(|i| shards.iter().map(|r| cut(&i[r.clone()], chunk)).collect());
     let mut pieces: Vec<Vec<&mut [u8]>> = regions(buf, &shards)?.into_iter().map(|r| cut_mut(r, chunk)).collect();
-    let batch = link.batch(others);
+    let batch = comm.batch(others);
     let batches = pieces.iter().map(Vec::len).max().unwrap_or(1).div_ceil(batch);
     let (slot_area, tmp) = scratch.slots.get(batch * others * chunk + chunk).split_at_mut(batch * others * chunk);
     for b in 0..=batches {
@@ -172,13 +172,13 @@ pub(crate) fn all_reduce(
                     Some(i) => i[q][b * batch + k],
                     None => &*rest[k],
                 };
-                sends.push(SendOp { peer: link.peer(q), header: link.hdr(Phase::Reduce, b, k, data.len())?, data });
+                sends.push(SendOp { peer: comm.peer(q), header: comm.hdr(Phase::Reduce, b, k, data.len())?, data });
             }
             if let Some(g) = gather {
                 for (k, piece) in my_done.iter().enumerate().skip(g) {
                     sends.push(SendOp {
-                        peer: link.peer(q),
-                        header: link.hdr(Phase::Gather, b - 1, k - g, piece.len())?,
+                        peer: comm.peer(q),
+                        header: comm.hdr(Phase::Gather, b - 1, k - g, piece.len())?,
                         data: &piece[..],
                     });
                 }
@@ -193,8 +193,8 @@ pub(crate) fn all_reduce(
             for &(q, _) in &peer_rest {
                 let slot = slots.next().expect("batch fits the slot area");
                 recvs.push(RecvOp {
-                    peer: link.peer(q),
-                    expect: link.hdr(Phase::Reduce, b, k, len)?,
+                    peer: comm.peer(q),
+                    expect: comm.hdr(Phase::Reduce, b, k, len)?,
                     buf: &mut slot[..len],
                 });
             }
@@ -205,8 +205,8 @@ pub(crate) fn all_reduce(
                 for (k, piece) in done.iter_mut().enumerate().skip(g) {
                     let len = piece.len();
                     recvs.push(RecvOp {
-                        peer: link.peer(*q),
-                        expect: link.hdr(Phase::Gather, b - 1, k - g, len)?,
+                        peer: comm.peer(*q),
+                        expect: comm.hdr(Phase::Gather, b - 1, k - g, len)?,
                         buf: &mut piece[..],
                     });
                 }
@@ -226,14 +226,14 @@ pub(crate) fn all_reduce(
             }
             Ok(())
         };
-        link.exchange(&sends, &mut recvs, &mut on_recv)?;
+        comm.exchange(&sends, &mut recvs, &mut on_recv)?;
     }
     Ok(())
 }
 
 /// Reduce-scatter: `input` holds P blocks of `output.len()` bytes; rank q gets block q reduced.
 pub(crate) fn reduce_scatter(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     scratch: &mut Scratch,
     op: ReduceOp,
     dtype: DType,
@@ -241,49 +241,49 @@ pub(crate) fn reduce_scatter(
     output: &mut [u8],
 ) -> Result<()> {
     let m = output.len();
-    let shards: Vec<Range<usize>> = (0..link.size()).map(|q| q * m..(q + 1) * m).collect();
-    reduce_to_owner(link, &mut scratch.slots, op, dtype, &shards, input, output)
+    let shards: Vec<Range<usize>> = (0..comm.size()).map(|q| q * m..(q + 1) * m).collect();
+    reduce_to_owner(comm, &mut scratch.slots, op, dtype, &shards, input, output)
 }
 
 /// All-gather: `output` is P blocks of `input.len()` bytes; block q comes from rank q.
-pub(crate) fn all_gather(link: &mut Link<'_>, input: &[u8], output: &mut [u8]) -> Result<()> {
+pub(crate) fn all_gather(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8]) -> Result<()> {
     let m = input.len();
-    let me = link.me;
+    let me = comm.me;
     output[me * m..(me + 1) * m].copy_from_slice(input);
-    let shards: Vec<Range<usize>> = (0..link.size()).map(|q| q * m..(q + 1) * m).collect();
-    all_gather_ranges(link, &shards, output, Phase::Gather)
+    let shards: Vec<Range<usize>> = (0..comm.size()).map(|q| q * m..(q + 1) * m).collect();
+    all_gather_ranges(comm, &shards, output, Phase::Gather)
 }
 
 /// Broadcast from `root`, large: the root scatters one shard to each rank, then every rank
 /// all-gathers, so the root's link is not the bottleneck.
-pub(crate) fn broadcast(link: &mut Link<'_>, buf: &mut [u8], root: usize, elem: usize) -> Result<()> {
-    let (p, me) = (link.size(), link.me);
+pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize, elem: usize) -> Result<()> {
+    let (p, me) = (comm.size(), comm.me);
     let shards: Vec<Range<usize>> = partition(buf.len() / elem, p).iter().map(|r| bytes(r, elem)).collect();
-    let (mut sends, mut recvs) = roots(link)?;
+    let (mut sends, mut recvs) = roots(comm)?;
     if me == root {
         for q in (0..p).filter(|&q| q != root) {
-            sends.extend(send_pieces(link, q, &buf[shards[q].clone()], Phase::Scatter)?);
+            sends.extend(send_pieces(comm, q, &buf[shards[q].clone()], Phase::Scatter)?);
         }
-        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+        comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
     } else {
-        recvs.extend(recv_pieces(link, root, &mut buf[shards[me].clone()], Phase::Scatter)?);
-        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+        recvs.extend(recv_pieces(comm, root, &mut buf[shards[me].clone()], Phase::Scatter)?);
+        comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
     }
-    all_gather_ranges(link, &shards, buf, Phase::Gather)
+    all_gather_ranges(comm, &shards, buf, Phase::Gather)
 }
 
 /// Broadcast from `root`, small: the root sends the whole buffer to every rank (one step).
-pub(crate) fn broadcast_from_root(link: &mut Link<'_>, buf: &mut [u8], root: usize) -> Result<()> {
-    let (p, me) = (link.size(), link.me);
-    let (mut sends, mut recvs) = roots(link)?;
+pub(crate) fn broadcast_from_root(comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
+    let (p, me) = (comm.size(), comm.me);
+    let (mut sends, mut recvs) = roots(comm)?;
     if me == root {
         for q in (0..p).filter(|&q| q != root) {
-            sends.extend(send_pieces(link, q, buf, Phase::Scatter)?);
+            sends.extend(send_pieces(comm, q, buf, Phase::Scatter)?);
         }
-        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
+        comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
     } else {
-        recvs.extend(recv_pieces(link, root, buf, Phase::Scatter)?);
-        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
+        recvs.extend(recv_pieces(comm, root, buf, Phase::Scatter)?);
+        comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
     }
 }
 
@@ -296,32 +296,32 @@ pub(crate) fn broadcast_from_root(link: &mut Link<'_>, buf: &mut [u8], root: usi
 /// from a rank that names another root. No round trip is added: these frames travel at the
 /// same time as the data, and the root's only extra wait is for the others to have entered the
 /// call.
-pub(crate) fn roots(link: &Link<'_>) -> Result<(Vec<SendOp<'static>>, Vec<RecvOp<'static>>)> {
-    let hdr = link.hdr(Phase::Roots, 0, 0, 0)?;
-    let others = (0..link.size()).filter(|&q| q != link.me);
-    let sends = others.clone().map(|q| SendOp { peer: link.peer(q), header: hdr, data: &[] }).collect();
-    let recvs = others.map(|q| RecvOp { peer: link.peer(q), expect: hdr, buf: &mut [] }).collect();
+pub(crate) fn roots(comm: &Comm<'_>) -> Result<(Vec<SendOp<'static>>, Vec<RecvOp<'static>>)> {
+    let hdr = comm.hdr(Phase::Roots, 0, 0, 0)?;
+    let others = (0..comm.size()).filter(|&q| q != comm.me);
+    let sends = others.clone().map(|q| SendOp { peer: comm.peer(q), header: hdr, data: &[] }).collect();
+    let recvs = others.map(|q| RecvOp { peer: comm.peer(q), expect: hdr, buf: &mut [] }).collect();
     Ok((sends, recvs))
 }
 
 /// Receive ops for `buf` in chunk pieces from group rank `from`.
 pub(crate) fn recv_pieces<'b>(
-    link: &Link<'_>,
+    comm: &Comm<'_>,
     from: usize,
     buf: &'b mut [u8],
     phase: Phase,
 ) -> Result<Vec<RecvOp<'b>>> {
-    cut_mut(buf, link.chunk)
+    cut_mut(buf, comm.chunk)
         .into_iter()
         .enumerate()
-        .map(|(k, piece)| Ok(RecvOp { peer: link.peer(from), expect: link.hdr(phase, 0, k, piece.len())?, buf: piece }))
+        .map(|(k, piece)| Ok(RecvOp { peer: comm.peer(from), expect: comm.hdr(phase, 0, k, piece.len())?, buf: piece }))
         .collect()
 }
 
 /// Send ops for `buf` in chunk pieces to group rank `to`.
-pub(crate) fn send_pieces<'b>(link: &Link<'_>, to: usize, buf: &'b [u8], phase: Phase) -> Result<Vec<SendOp<'b>>> {
-    pieces(0..buf.len(), link.chunk)
+pub(crate) fn send_pieces<'b>(comm: &Comm<'_>, to: usize, buf: &'b [u8], phase: Phase) -> Result<Vec<SendOp<'b>>> {
+    pieces(0..buf.len(), comm.chunk)
         .enumerate()
-        .map(|(k, r)| Ok(SendOp { peer: link.peer(to), header: link.hdr(phase, 0, k, r.len())?, data: &buf[r] }))
+        .map(|(k, r)| Ok(SendOp { peer: comm.peer(to), header: comm.hdr(phase, 0, k, r.len())?, data: &buf[r] }))
         .collect()
 }

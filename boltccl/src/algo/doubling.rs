@@ -15,7 +15,7 @@
 
 use super::direct::{recv_pieces, send_pieces};
 use super::plan::{piece_count, pieces};
-use super::{Link, Pool, Scratch};
+use super::{Comm, Pool, Scratch};
 use crate::error::Result;
 use crate::reduce::{fold, Order};
 use crate::transport::{RecvOp, SendOp};
@@ -25,7 +25,7 @@ use std::ops::Range;
 
 /// Doubling all-reduce. `input` is `None` when `buf` holds the input.
 pub(crate) fn all_reduce(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     scratch: &mut Scratch,
     op: ReduceOp,
     dtype: DType,
@@ -35,19 +35,19 @@ pub(crate) fn all_reduce(
     if let Some(input) = input {
         buf.copy_from_slice(input);
     }
-    let (p, me) = (link.size(), link.me);
+    let (p, me) = (comm.size(), comm.me);
     let active = 1usize << p.ilog2();
     let paired = 2 * (p - active);
     let slots = &mut scratch.slots;
     let with = |order: Order| Fold { op, dtype, order };
     if me < paired && me % 2 == 0 {
-        let sends = send_pieces(link, me + 1, buf, Phase::Reduce)?;
-        link.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
-        let mut recvs = recv_pieces(link, me + 1, buf, Phase::Gather)?;
-        return link.exchange(&[], &mut recvs, &mut |_, _| Ok(()));
+        let sends = send_pieces(comm, me + 1, buf, Phase::Reduce)?;
+        comm.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
+        let mut recvs = recv_pieces(comm, me + 1, buf, Phase::Gather)?;
+        return comm.exchange(&[], &mut recvs, &mut |_, _| Ok(()));
     }
     if me < paired {
-        fold_step(link, slots, with(Order::NextFirst), 0, me - 1, false, buf)?;
+        fold_step(comm, slots, with(Order::NextFirst), 0, me - 1, false, buf)?;
     }
     // Position among the ranks that take part in the doubling, and back.
     let v = if me < paired { me / 2 } else { me - paired / 2 };
@@ -55,11 +55,11 @@ pub(crate) fn all_reduce(
     for s in 0..active.trailing_zeros() as usize {
         let partner = v ^ (1 << s);
         let order = if v < partner { Order::AccFirst } else { Order::NextFirst };
-        fold_step(link, slots, with(order), s + 1, rank_of(partner), true, buf)?;
+        fold_step(comm, slots, with(order), s + 1, rank_of(partner), true, buf)?;
     }
     if me < paired {
-        let sends = send_pieces(link, me - 1, buf, Phase::Gather)?;
-        link.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
+        let sends = send_pieces(comm, me - 1, buf, Phase::Gather)?;
+        comm.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
     }
     Ok(())
 }
@@ -76,7 +76,7 @@ struct Fold {
 /// it into `buf`, in batches of pieces that fit the scratch (each folded once the batch has
 /// arrived, as the sends read `buf` until then).
 fn fold_step(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     slots: &mut Pool,
     f: Fold,
     at: usize,
@@ -84,14 +84,14 @@ fn fold_step(
     send: bool,
     buf: &mut [u8],
 ) -> Result<()> {
-    let (chunk, batch, to) = (link.chunk, link.batch(1), link.peer(peer));
+    let (chunk, batch, to) = (comm.chunk, comm.batch(1), comm.peer(peer));
     let all: Vec<Range<usize>> = pieces(0..buf.len(), chunk).collect();
     let area = slots.get(batch.min(piece_count(buf.len(), chunk)) * chunk);
     for (b, these) in all.chunks(batch).enumerate() {
         let headers = these
             .iter()
             .enumerate()
-            .map(|(k, r)| link.hdr(Phase::Reduce, at, b * batch + k, r.len()))
+            .map(|(k, r)| comm.hdr(Phase::Reduce, at, b * batch + k, r.len()))
             .collect::<Result<Vec<_>>>()?;
         let sends: Vec<SendOp<'_>> = if send {
             these.iter().zip(&headers).map(|(r, &header)| SendOp { peer: to, header, data: &buf[r.clone()] }).collect()
@@ -104,7 +104,7 @@ fn fold_step(
             .zip(area.chunks_mut(chunk))
             .map(|((r, &expect), slot)| RecvOp { peer: to, expect, buf: &mut slot[..r.len()] })
             .collect();
-        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+        comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
         drop(sends);
         for (r, slot) in these.iter().zip(area.chunks(chunk)) {
             fold(f.op, f.dtype, &mut buf[r.clone()], &slot[..r.len()], f.order);

@@ -19,23 +19,23 @@
 use super::direct::{self, all_gather_ranges, reduce_to_owner};
 use super::plan::{bytes, partition};
 use super::select::HostsPlan;
-use super::{mesh, Link, Scratch};
+use super::{one_step, Comm, Scratch};
 use crate::error::Result;
 use crate::types::{DType, ReduceOp};
 use crate::wire::Phase;
 
-/// The links among `ranks` (group ranks, `link.me` among them) with pieces of `chunk` bytes.
-fn sub<'l>(link: &'l mut Link<'_>, ranks: &[usize], members: &'l mut Vec<usize>, chunk: usize) -> Link<'l> {
+/// The links among `ranks` (group ranks, `comm.me` among them) with pieces of `chunk` bytes.
+fn sub<'l>(comm: &'l mut Comm<'_>, ranks: &[usize], members: &'l mut Vec<usize>, chunk: usize) -> Comm<'l> {
     members.clear();
-    members.extend(ranks.iter().map(|&q| link.members[q]));
-    let me = ranks.iter().position(|&q| q == link.me).expect("a rank is among its own levels");
-    Link { t: &mut *link.t, members, me, base: link.base, chunk, limits: link.limits.clone() }
+    members.extend(ranks.iter().map(|&q| comm.members[q]));
+    let me = ranks.iter().position(|&q| q == comm.me).expect("a rank is among its own levels");
+    Comm { t: &mut *comm.t, members, me, base: comm.base, chunk, limits: comm.limits.clone() }
 }
 
 /// All-reduce in two levels, as `plan` says (`large`: the reduce-scatter form; see the module
 /// notes). `input` is `None` when `buf` holds the input.
 pub(crate) fn all_reduce(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     scratch: &mut Scratch,
     plan: &HostsPlan,
     op: ReduceOp,
@@ -44,12 +44,12 @@ pub(crate) fn all_reduce(
     buf: &mut [u8],
 ) -> Result<()> {
     let HostsPlan { levels, large, local_chunk } = plan;
-    let (net_chunk, local_chunk, large) = (link.chunk, *local_chunk, *large);
+    let (net_chunk, local_chunk, large) = (comm.chunk, *local_chunk, *large);
     let mut members = Vec::new();
     if !large {
-        mesh::all_reduce(&mut sub(link, &levels.local, &mut members, local_chunk), scratch, op, dtype, input, buf)?;
-        return mesh::all_reduce(
-            &mut sub(link, &levels.across, &mut members, net_chunk),
+        one_step::all_reduce(&mut sub(comm, &levels.local, &mut members, local_chunk), scratch, op, dtype, input, buf)?;
+        return one_step::all_reduce(
+            &mut sub(comm, &levels.across, &mut members, net_chunk),
             scratch,
             op,
             dtype,
@@ -59,7 +59,7 @@ pub(crate) fn all_reduce(
     }
     let e = dtype.size();
     let shards: Vec<_> = partition(buf.len() / e, levels.local.len()).iter().map(|r| bytes(r, e)).collect();
-    let mut local = sub(link, &levels.local, &mut members, local_chunk);
+    let mut local = sub(comm, &levels.local, &mut members, local_chunk);
     let mine = shards[local.me].clone();
     // 1. This rank's shard of the host total. Peers read the other shards of the input while
     //    this rank writes its own; in place, they read a copy.
@@ -76,8 +76,8 @@ pub(crate) fn all_reduce(
         reduce_to_owner(&mut local, slots, op, dtype, &shards, source, &mut buf[mine.clone()])?;
     }
     // 2. The shard across hosts, in place.
-    let mut across = sub(link, &levels.across, &mut members, net_chunk);
+    let mut across = sub(comm, &levels.across, &mut members, net_chunk);
     direct::all_reduce(&mut across, scratch, op, dtype, None, &mut buf[mine])?;
     // 3. Every rank of the host gets every shard.
-    all_gather_ranges(&mut sub(link, &levels.local, &mut members, local_chunk), &shards, buf, Phase::Gather)
+    all_gather_ranges(&mut sub(comm, &levels.local, &mut members, local_chunk), &shards, buf, Phase::Gather)
 }

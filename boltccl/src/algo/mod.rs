@@ -2,7 +2,7 @@
 //!
 //! - [`direct`]: reduce-scatter then all-gather on a full mesh, all links at once (large
 //!   messages), plus the all-gather, reduce-scatter and broadcast built from the same parts;
-//! - [`mesh`]: every rank sends its whole buffer to every peer and reduces locally (one step:
+//! - [`one_step`]: every rank sends its whole buffer to every peer and reduces locally (one step:
 //!   small messages) and the barrier;
 //! - [`doubling`]: recursive doubling all-reduce (log2(P) steps of one message: small messages
 //!   where each message costs system calls);
@@ -13,10 +13,10 @@
 //! - [`p2p`]: point-to-point send and receive;
 //! - [`select`]: which of them a call runs.
 //!
-//! An algorithm borrows the call's [`Link`] (ranks, header, transport) and the group's
+//! An algorithm borrows the call's [`Comm`] (ranks, header, transport) and the group's
 //! [`Scratch`] memory separately.
 //!
-//! Determinism: mesh and direct fold contributions in rank order 0, 1, ..., P-1, so they give
+//! Determinism: one-step and direct fold contributions in rank order 0, 1, ..., P-1, so they give
 //! the same bits as each other; doubling folds a balanced tree over the ranks in order; the
 //! ring folds each block in ring order, and the two-level algorithm each host's ranks in rank
 //! order, then the hosts in the order of their first ranks. Either way the order depends only
@@ -26,7 +26,7 @@
 pub mod direct;
 pub mod doubling;
 pub mod hosts;
-pub mod mesh;
+pub mod one_step;
 pub mod p2p;
 pub mod plan;
 pub mod ring;
@@ -46,9 +46,9 @@ use std::ops::Range;
 /// Most pieces per peer in one exchange (bounds the op lists).
 pub const MAX_BATCH: usize = 64;
 
-/// The links of one call, as an algorithm sees them: the group's ranks, this rank, the call's
+/// One call's communicator, as an algorithm sees it: the group's ranks, this rank, the call's
 /// header and the pipelining unit.
-pub(crate) struct Link<'a> {
+pub(crate) struct Comm<'a> {
     pub t: &'a mut dyn Transport,
     /// Group rank to transport rank.
     pub members: &'a [usize],
@@ -61,7 +61,7 @@ pub(crate) struct Link<'a> {
     pub limits: Limits,
 }
 
-impl Link<'_> {
+impl Comm<'_> {
     pub fn size(&self) -> usize {
         self.members.len()
     }

@@ -5,18 +5,18 @@
 //! is an error on both sides, not a silent truncation.
 
 use super::direct::{recv_pieces, send_pieces};
-use super::Link;
+use super::Comm;
 use crate::error::Result;
 use crate::wire::Phase;
 
 /// Send `buf` to group rank `to`.
-pub(crate) fn send(link: &mut Link<'_>, buf: &[u8], to: usize) -> Result<()> {
-    let sends = send_pieces(link, to, buf, Phase::PointToPoint)?;
-    link.exchange(&sends, &mut [], &mut |_, _| Ok(()))
+pub(crate) fn send(comm: &mut Comm<'_>, buf: &[u8], to: usize) -> Result<()> {
+    let sends = send_pieces(comm, to, buf, Phase::PointToPoint)?;
+    comm.exchange(&sends, &mut [], &mut |_, _| Ok(()))
 }
 
 /// Receive into `buf` from group rank `from`.
-pub(crate) fn recv(link: &mut Link<'_>, buf: &mut [u8], from: usize) -> Result<()> {
-    let mut recvs = recv_pieces(link, from, buf, Phase::PointToPoint)?;
-    link.exchange(&[], &mut recvs, &mut |_, _| Ok(()))
+pub(crate) fn recv(comm: &mut Comm<'_>, buf: &mut [u8], from: usize) -> Result<()> {
+    let mut recvs = recv_pieces(comm, from, buf, Phase::PointToPoint)?;
+    comm.exchange(&[], &mut recvs, &mut |_, _| Ok(()))
 }

@@ -5,7 +5,7 @@
 //! Large buffers are cut into segments so that scratch stays inside the budget.
 
 use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
-use super::{cut, cut_mut, regions, Link, Scratch};
+use super::{cut, cut_mut, regions, Comm, Scratch};
 use crate::error::{Error, Result};
 use crate::reduce::{combine, fold, Order};
 use crate::transport::{RecvOp, SendOp};
@@ -18,7 +18,7 @@ pub(super) const DIRS: [Dir; 2] = [1, -1];
 
 /// Ring all-reduce. `input` is `None` when `buf` holds the input.
 pub(crate) fn all_reduce(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     scratch: &mut Scratch,
     op: ReduceOp,
     dtype: DType,
@@ -26,16 +26,16 @@ pub(crate) fn all_reduce(
     buf: &mut [u8],
 ) -> Result<()> {
     // A group of one never gets here: `Group` copies the input itself.
-    let (p, e) = (link.size(), dtype.size());
-    let block_pieces = link.batch(2);
-    let block_max = block_pieces * link.chunk / e;
+    let (p, e) = (comm.size(), dtype.size());
+    let block_pieces = comm.batch(2);
+    let block_max = block_pieces * comm.chunk / e;
     let segment = block_max * p * 2;
     let n = buf.len() / e;
     let slots = scratch.slots.get(2 * block_max * e);
     for (s, seg) in pieces(0..n, segment).enumerate() {
         let seg = bytes(&seg, e);
         let local = input.map(|i| &i[seg.clone()]);
-        segment_all_reduce(link, op, dtype, local, &mut buf[seg], slots, s)?;
+        segment_all_reduce(comm, op, dtype, local, &mut buf[seg], slots, s)?;
     }
     Ok(())
 }
@@ -56,13 +56,13 @@ fn four(buf: &mut [u8], ranges: [Range<usize>; 4]) -> Result<[&mut [u8]; 4]> {
 /// One step of a bidirectional ring all-gather: in direction `DIRS[d]`, send `buf[moves[d].0]`
 /// to the next rank and receive `buf[moves[d].1]` from the previous one, in chunk pieces.
 pub(super) fn forward_step(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     buf: &mut [u8],
     moves: [(Range<usize>, Range<usize>); 2],
     phase: Phase,
     segment: usize,
 ) -> Result<()> {
-    let (p, me, chunk) = (link.size(), link.me, link.chunk);
+    let (p, me, chunk) = (comm.size(), comm.me, comm.chunk);
     let [(s0, r0), (s1, r1)] = moves;
     let [send0, recv0, send1, recv1] = four(buf, [s0, r0, s1, r1])?;
     let mut sends = Vec::new();
@@ -71,22 +71,22 @@ pub(super) fn forward_step(
         let (to, from) = ring_neighbors(me, p, DIRS[di]);
         for (k, piece) in cut(data, chunk).into_iter().enumerate() {
             sends.push(SendOp {
-                peer: link.peer(to),
-                header: link.hdr(phase, segment, 2 * k + di, piece.len())?,
+                peer: comm.peer(to),
+                header: comm.hdr(phase, segment, 2 * k + di, piece.len())?,
                 data: piece,
             });
         }
         for (k, piece) in cut_mut(into, chunk).into_iter().enumerate() {
             let n = piece.len();
-            recvs.push(RecvOp { peer: link.peer(from), expect: link.hdr(phase, segment, 2 * k + di, n)?, buf: piece });
+            recvs.push(RecvOp { peer: comm.peer(from), expect: comm.hdr(phase, segment, 2 * k + di, n)?, buf: piece });
         }
     }
-    link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
+    comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
 }
 
 #[allow(clippy::too_many_arguments)]
 fn segment_all_reduce(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     op: ReduceOp,
     dtype: DType,
     local: Option<&[u8]>,
@@ -94,7 +94,7 @@ fn segment_all_reduce(
     slots: &mut [u8],
     segment: usize,
 ) -> Result<()> {
-    let (p, me, chunk, e) = (link.size(), link.me, link.chunk, dtype.size());
+    let (p, me, chunk, e) = (comm.size(), comm.me, comm.chunk, dtype.size());
     let blocks = blocks(buf.len() / e, p, e);
     let idx = |d: usize, b: usize| d * p + b;
     let (slot0, slot1) = slots.split_at_mut(slots.len() / 2);
@@ -128,16 +128,16 @@ fn segment_all_reduce(
             let (to, from, _, _) = plan[di];
             for (k, r) in pieces(0..send_blocks[di].len(), chunk).enumerate() {
                 sends.push(SendOp {
-                    peer: link.peer(to),
-                    header: link.hdr(Phase::RingReduce, segment, k * 2 + di, r.len())?,
+                    peer: comm.peer(to),
+                    header: comm.hdr(Phase::RingReduce, segment, k * 2 + di, r.len())?,
                     data: &send_blocks[di][r],
                 });
             }
             let rlen = outs[di].iter().map(|o| o.len()).sum::<usize>();
             for (k, (r, piece)) in pieces(0..rlen, chunk).zip(slot.chunks_mut(chunk)).enumerate() {
                 recvs.push(RecvOp {
-                    peer: link.peer(from),
-                    expect: link.hdr(Phase::RingReduce, segment, k * 2 + di, r.len())?,
+                    peer: comm.peer(from),
+                    expect: comm.hdr(Phase::RingReduce, segment, k * 2 + di, r.len())?,
                     buf: &mut piece[..r.len()],
                 });
                 owner.push((di, k, r));
@@ -154,7 +154,7 @@ fn segment_all_reduce(
             }
             Ok(())
         };
-        link.exchange(&sends, &mut recvs, &mut on_recv)?;
+        comm.exchange(&sends, &mut recvs, &mut on_recv)?;
     }
     // All-gather of the reduced blocks.
     for step in 0..p - 1 {
@@ -162,7 +162,7 @@ fn segment_all_reduce(
             let (sb, rb) = ring_all_gather_step(me, p, DIRS[d], step, 1);
             (blocks[idx(d, sb)].clone(), blocks[idx(d, rb)].clone())
         });
-        forward_step(link, buf, moves, Phase::RingGather, segment)?;
+        forward_step(comm, buf, moves, Phase::RingGather, segment)?;
     }
     Ok(())
 }

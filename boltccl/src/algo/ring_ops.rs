@@ -9,7 +9,7 @@
 use super::direct::roots;
 use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
 use super::ring::{forward_step, DIRS};
-use super::{cut, cut_mut, regions, Link, Scratch, MAX_BATCH};
+use super::{cut, cut_mut, regions, Comm, Scratch, MAX_BATCH};
 use crate::error::{Error, Result};
 use crate::reduce::combine;
 use crate::transport::{RecvOp, SendOp};
@@ -24,23 +24,23 @@ fn halves(seg: &Range<usize>, e: usize) -> [Range<usize>; 2] {
 }
 
 /// Elements per segment: each half at most `pieces_per_half` chunk pieces.
-fn segment_elems(link: &Link<'_>, pieces_per_half: usize, e: usize) -> usize {
-    (2 * pieces_per_half * link.chunk / e).max(2)
+fn segment_elems(comm: &Comm<'_>, pieces_per_half: usize, e: usize) -> usize {
+    (2 * pieces_per_half * comm.chunk / e).max(2)
 }
 
 /// Ring all-gather: `output` is P blocks of `input.len()` bytes; block q comes from rank q.
 /// Each step forwards the block received in the step before.
-pub(crate) fn all_gather(link: &mut Link<'_>, input: &[u8], output: &mut [u8], e: usize) -> Result<()> {
-    let (p, me, len) = (link.size(), link.me, input.len());
+pub(crate) fn all_gather(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8], e: usize) -> Result<()> {
+    let (p, me, len) = (comm.size(), comm.me, input.len());
     output[me * len..(me + 1) * len].copy_from_slice(input);
-    for (s, seg) in pieces(0..len / e, segment_elems(link, MAX_BATCH, e)).enumerate() {
+    for (s, seg) in pieces(0..len / e, segment_elems(comm, MAX_BATCH, e)).enumerate() {
         let hs = halves(&seg, e);
         for step in 0..p - 1 {
             let moves = [0, 1].map(|d| {
                 let (sb, rb) = ring_all_gather_step(me, p, DIRS[d], step, 0);
                 (sb * len + hs[d].start..sb * len + hs[d].end, rb * len + hs[d].start..rb * len + hs[d].end)
             });
-            forward_step(link, output, moves, Phase::RingAllGather, s)?;
+            forward_step(comm, output, moves, Phase::RingAllGather, s)?;
         }
     }
     Ok(())
@@ -50,14 +50,14 @@ pub(crate) fn all_gather(link: &mut Link<'_>, input: &[u8], output: &mut [u8], e
 /// `me` reduced over all ranks. Each block's running result travels around the ring, each rank
 /// adding its own contribution (received op mine), and ends at its owner.
 pub(crate) fn reduce_scatter(
-    link: &mut Link<'_>,
+    comm: &mut Comm<'_>,
     scratch: &mut Scratch,
     op: ReduceOp,
     dtype: DType,
     input: &[u8],
     output: &mut [u8],
 ) -> Result<()> {
-    let (p, me, e, chunk) = (link.size(), link.me, dtype.size(), link.chunk);
+    let (p, me, e, chunk) = (comm.size(), comm.me, dtype.size(), comm.chunk);
     let len = output.len();
     if p == 1 {
         output.copy_from_slice(input);
@@ -67,7 +67,7 @@ pub(crate) fn reduce_scatter(
     // (its rank + d, see `ring_reduce_scatter_step`) is then its own.
     let actual = |x: usize, d: Dir| (x as isize - d).rem_euclid(p as isize) as usize * len;
     // Per direction: the received pieces, the running result being sent, the one being built.
-    let per_half = link.batch(6);
+    let per_half = comm.batch(6);
     let half_max = per_half * chunk;
     let store = scratch.slots.get(6 * half_max);
     let parts: Vec<&mut [u8]> = store.chunks_mut(half_max).collect();
@@ -75,7 +75,7 @@ pub(crate) fn reduce_scatter(
         parts.try_into().map_err(|_| Error::Internal("ring scratch is not six halves".into()))?;
     let mut received = [r0, r1];
     let mut running = [[a0, b0], [a1, b1]];
-    for (s, seg) in pieces(0..len / e, segment_elems(link, per_half, e)).enumerate() {
+    for (s, seg) in pieces(0..len / e, segment_elems(comm, per_half, e)).enumerate() {
         let hs = halves(&seg, e);
         for step in 0..p - 1 {
             let last = step == p - 2;
@@ -103,8 +103,8 @@ pub(crate) fn reduce_scatter(
                 };
                 for (k, piece) in cut(data, chunk).into_iter().enumerate() {
                     sends.push(SendOp {
-                        peer: link.peer(to),
-                        header: link.hdr(Phase::RingReduceScatter, s, 2 * k + di, piece.len())?,
+                        peer: comm.peer(to),
+                        header: comm.hdr(Phase::RingReduceScatter, s, 2 * k + di, piece.len())?,
                         data: piece,
                     });
                 }
@@ -120,8 +120,8 @@ pub(crate) fn reduce_scatter(
                 for (k, piece) in cut_mut(&mut rbuf[..n], chunk).into_iter().enumerate() {
                     let r = k * chunk..k * chunk + piece.len();
                     recvs.push(RecvOp {
-                        peer: link.peer(from),
-                        expect: link.hdr(Phase::RingReduceScatter, s, 2 * k + di, piece.len())?,
+                        peer: comm.peer(from),
+                        expect: comm.hdr(Phase::RingReduceScatter, s, 2 * k + di, piece.len())?,
                         buf: piece,
                     });
                     targets.push((di, local + r.start, r));
@@ -135,7 +135,7 @@ pub(crate) fn reduce_scatter(
                 combine(op, dtype, dst, recvs[i].buf, &input[at..at + r.len()]);
                 Ok(())
             };
-            link.exchange(&sends, &mut recvs, &mut on_recv)?;
+            comm.exchange(&sends, &mut recvs, &mut on_recv)?;
         }
     }
     Ok(())
@@ -144,8 +144,8 @@ pub(crate) fn reduce_scatter(
 /// Ring broadcast: half the buffer flows clockwise from `root`, half counter-clockwise, each
 /// rank forwarding a piece to its next neighbour one step after receiving it (a pipeline of
 /// chunk pieces, P - 2 + pieces steps).
-pub(crate) fn broadcast(link: &mut Link<'_>, buf: &mut [u8], root: usize, e: usize) -> Result<()> {
-    let (p, me, chunk) = (link.size(), link.me, link.chunk);
+pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize, e: usize) -> Result<()> {
+    let (p, me, chunk) = (comm.size(), comm.me, comm.chunk);
     if p == 1 {
         return Ok(());
     }
@@ -171,7 +171,7 @@ pub(crate) fn broadcast(link: &mut Link<'_>, buf: &mut [u8], root: usize, e: usi
         // The first step also checks that every rank names the same root (see `roots`): empty
         // frames, the only ones of a ring call that go beyond the neighbours.
         let (mut sends, mut recvs) = if t == 0 {
-            roots(link)?
+            roots(comm)?
         } else if plan.is_empty() {
             continue;
         } else {
@@ -179,14 +179,14 @@ pub(crate) fn broadcast(link: &mut Link<'_>, buf: &mut [u8], root: usize, e: usi
         };
         for (view, &(di, send, k)) in regions(buf, &ranges)?.into_iter().zip(&plan) {
             let (to, from) = ring_neighbors(me, p, DIRS[di]);
-            let header = link.hdr(Phase::RingBroadcast, di, k, view.len())?;
+            let header = comm.hdr(Phase::RingBroadcast, di, k, view.len())?;
             if send {
-                sends.push(SendOp { peer: link.peer(to), header, data: view });
+                sends.push(SendOp { peer: comm.peer(to), header, data: view });
             } else {
-                recvs.push(RecvOp { peer: link.peer(from), expect: header, buf: view });
+                recvs.push(RecvOp { peer: comm.peer(from), expect: header, buf: view });
             }
         }
-        link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+        comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
     }
     Ok(())
 }

@@ -14,8 +14,8 @@ use crate::types::Collective;
 /// How an all-reduce runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AllReducePlan {
-    /// Every rank sends its whole buffer to every peer ([`super::mesh`]).
-    Mesh,
+    /// Every rank sends its whole buffer to every peer ([`super::one_step`]).
+    OneStep,
     /// Recursive doubling ([`super::doubling`]).
     Doubling,
     /// Reduce-scatter then all-gather ([`super::direct`]).
@@ -69,7 +69,7 @@ pub(crate) enum BroadcastPlan {
 pub(crate) fn all_reduce(bytes: usize, cabling: &Cabling, me: usize, cfg: &Config) -> AllReducePlan {
     let large = bytes > cfg.mesh_max_bytes;
     match cfg.algo {
-        Algo::Mesh => AllReducePlan::Mesh,
+        Algo::Mesh => AllReducePlan::OneStep,
         Algo::Doubling => AllReducePlan::Doubling,
         Algo::Direct => AllReducePlan::Direct,
         Algo::Ring => AllReducePlan::Ring,
@@ -79,7 +79,7 @@ pub(crate) fn all_reduce(bytes: usize, cabling: &Cabling, me: usize, cfg: &Confi
                 AllReducePlan::Hosts(HostsPlan { levels, large, local_chunk })
             }
             None if !large && cabling.doubles() => AllReducePlan::Doubling,
-            None if !large => AllReducePlan::Mesh,
+            None if !large => AllReducePlan::OneStep,
             None if cabling.shape() == Shape::Ring => AllReducePlan::Ring,
             None => AllReducePlan::Direct,
         },
@@ -120,7 +120,7 @@ impl AllReducePlan {
     /// The algorithm's name.
     pub(crate) fn algo(&self) -> Algo {
         match self {
-            AllReducePlan::Mesh => Algo::Mesh,
+            AllReducePlan::OneStep => Algo::Mesh,
             AllReducePlan::Doubling => Algo::Doubling,
             AllReducePlan::Direct => Algo::Direct,
             AllReducePlan::Ring => Algo::Ring,

@@ -253,7 +253,7 @@ impl Transport for Sim {
 mod tests {
     use super::*;
     use crate::algo::select::HostsPlan;
-    use crate::algo::{direct, doubling, hosts, mesh, p2p, ring, ring_ops, Link, Scratch};
+    use crate::algo::{direct, doubling, hosts, one_step, p2p, ring, ring_ops, Comm, Scratch};
     use crate::types::{Collective, DType, ReduceOp};
     use proptest::prelude::*;
     use std::time::Duration;
@@ -271,7 +271,7 @@ mod tests {
 
     #[derive(Debug, Clone, Copy)]
     enum AllReduce {
-        Mesh,
+        OneStep,
         Doubling,
         Ring,
         Direct,
@@ -290,7 +290,7 @@ mod tests {
         let mut v = vec![Algo::AllGather(true), Algo::AllGather(false), Algo::ReduceScatter(true)];
         v.extend([Algo::ReduceScatter(false), Algo::Barrier]);
         if n > 1 {
-            for a in [AllReduce::Mesh, AllReduce::Doubling, AllReduce::Ring, AllReduce::Direct] {
+            for a in [AllReduce::OneStep, AllReduce::Doubling, AllReduce::Ring, AllReduce::Direct] {
                 v.push(Algo::AllReduce(a, in_place));
             }
             for per_host in (2..n).filter(|h| n % h == 0) {
@@ -333,25 +333,25 @@ mod tests {
         }
     }
 
-    /// Run `algo` on rank `link.me`: its result buffer.
-    fn run(link: &mut Link<'_>, scratch: &mut Scratch, algo: Algo, count: usize) -> Result<Vec<u8>> {
-        let (me, n, e, dt, sum) = (link.me, link.size(), 4, DType::I32, ReduceOp::Sum);
+    /// Run `algo` on rank `comm.me`: its result buffer.
+    fn run(comm: &mut Comm<'_>, scratch: &mut Scratch, algo: Algo, count: usize) -> Result<Vec<u8>> {
+        let (me, n, e, dt, sum) = (comm.me, comm.size(), 4, DType::I32, ReduceOp::Sum);
         match algo {
             Algo::AllReduce(a, in_place) => {
                 let input = data(me, count);
                 let mut out = if in_place { input.clone() } else { vec![0xa5; input.len()] };
                 let input = (!in_place).then_some(&input[..]);
                 match a {
-                    AllReduce::Mesh => mesh::all_reduce(link, scratch, sum, dt, input, &mut out)?,
-                    AllReduce::Doubling => doubling::all_reduce(link, scratch, sum, dt, input, &mut out)?,
-                    AllReduce::Ring => ring::all_reduce(link, scratch, sum, dt, input, &mut out)?,
-                    AllReduce::Direct => direct::all_reduce(link, scratch, sum, dt, input, &mut out)?,
+                    AllReduce::OneStep => one_step::all_reduce(comm, scratch, sum, dt, input, &mut out)?,
+                    AllReduce::Doubling => doubling::all_reduce(comm, scratch, sum, dt, input, &mut out)?,
+                    AllReduce::Ring => ring::all_reduce(comm, scratch, sum, dt, input, &mut out)?,
+                    AllReduce::Direct => direct::all_reduce(comm, scratch, sum, dt, input, &mut out)?,
                     AllReduce::Hosts { per_host, large } => {
-                        let cabling = link.t.cabling();
+                        let cabling = comm.t.cabling();
                         let levels = cabling.levels(me).expect("equal hosts of two or more ranks");
-                        let plan = HostsPlan { levels, large, local_chunk: link.chunk };
+                        let plan = HostsPlan { levels, large, local_chunk: comm.chunk };
                         assert_eq!(cabling.host_ranks()[0].len(), per_host);
-                        hosts::all_reduce(link, scratch, &plan, sum, dt, input, &mut out)?
+                        hosts::all_reduce(comm, scratch, &plan, sum, dt, input, &mut out)?
                     }
                 }
                 Ok(out)
@@ -359,9 +359,9 @@ mod tests {
             Algo::AllGather(on_ring) => {
                 let mut out = vec![0xa5; n * count * e];
                 if on_ring {
-                    ring_ops::all_gather(link, &data(me, count), &mut out, e)?
+                    ring_ops::all_gather(comm, &data(me, count), &mut out, e)?
                 } else {
-                    direct::all_gather(link, &data(me, count), &mut out)?
+                    direct::all_gather(comm, &data(me, count), &mut out)?
                 }
                 Ok(out)
             }
@@ -369,29 +369,29 @@ mod tests {
                 let mut out = vec![0xa5; count * e];
                 let input: Vec<u8> = data(me, n * count);
                 if on_ring {
-                    ring_ops::reduce_scatter(link, scratch, sum, dt, &input, &mut out)?
+                    ring_ops::reduce_scatter(comm, scratch, sum, dt, &input, &mut out)?
                 } else {
-                    direct::reduce_scatter(link, scratch, sum, dt, &input, &mut out)?
+                    direct::reduce_scatter(comm, scratch, sum, dt, &input, &mut out)?
                 }
                 Ok(out)
             }
             Algo::Broadcast(b, root) => {
                 let mut buf = data(me, count);
                 match b {
-                    Broadcast::Ring => ring_ops::broadcast(link, &mut buf, root, e)?,
-                    Broadcast::Direct => direct::broadcast(link, &mut buf, root, e)?,
-                    Broadcast::FromRoot => direct::broadcast_from_root(link, &mut buf, root)?,
+                    Broadcast::Ring => ring_ops::broadcast(comm, &mut buf, root, e)?,
+                    Broadcast::Direct => direct::broadcast(comm, &mut buf, root, e)?,
+                    Broadcast::FromRoot => direct::broadcast_from_root(comm, &mut buf, root)?,
                 }
                 Ok(buf)
             }
-            Algo::Barrier => mesh::barrier(link).map(|()| Vec::new()),
+            Algo::Barrier => one_step::barrier(comm).map(|()| Vec::new()),
             Algo::SendRecv => {
                 // Even ranks send to the odd rank above them; an odd world's last rank sits out.
                 let mut buf = data(me, count);
                 if me % 2 == 0 && me + 1 < n {
-                    p2p::send(link, &buf, me + 1)?;
+                    p2p::send(comm, &buf, me + 1)?;
                 } else if me % 2 == 1 {
-                    p2p::recv(link, &mut buf, me - 1)?;
+                    p2p::recv(comm, &mut buf, me - 1)?;
                 }
                 Ok(buf)
             }
@@ -430,7 +430,7 @@ mod tests {
     /// Each rank runs `body` on a thread of its own, all on one board.
     fn world<F>(cabling: Cabling, chunk: usize, base: Header, body: F) -> Outcome
     where
-        F: Fn(&mut Link<'_>, &mut Scratch) -> Result<Vec<u8>> + Sync,
+        F: Fn(&mut Comm<'_>, &mut Scratch) -> Result<Vec<u8>> + Sync,
     {
         let n = cabling.size();
         let board = Board::new(cabling);
@@ -442,8 +442,8 @@ mod tests {
                     let (board, members, limits, body) = (Arc::clone(&board), &members, limits.clone(), &body);
                     s.spawn(move || {
                         let mut sim = Sim { rank, board: Arc::clone(&board) };
-                        let mut link = Link { t: &mut sim, members, me: rank, base, chunk, limits };
-                        let out = body(&mut link, &mut Scratch::default());
+                        let mut comm = Comm { t: &mut sim, members, me: rank, base, chunk, limits };
+                        let out = body(&mut comm, &mut Scratch::default());
                         board.finish(rank);
                         out
                     })
@@ -460,7 +460,7 @@ mod tests {
     /// left over, and every rank ends with the right bytes.
     fn check(algo: Algo, n: usize, count: usize, chunk: usize) -> std::result::Result<(), String> {
         let Outcome { results, left, log } =
-            world(cabling_for(algo, n), chunk, base(algo, count), |link, scratch| run(link, scratch, algo, count));
+            world(cabling_for(algo, n), chunk, base(algo, count), |comm, scratch| run(comm, scratch, algo, count));
         let ctx = format!("{algo:?} on {n} ranks, {count} elements, chunk {chunk}");
         for (r, res) in results.into_iter().enumerate() {
             let got = res.map_err(|e| format!("{ctx}: rank {r}: {e}"))?;
@@ -520,26 +520,26 @@ mod tests {
     #[test]
     fn the_board_reports_deadlocks_and_mismatches() {
         let base = Header::data(Collective::AllReduce, 1, 1, DType::U8, ReduceOp::Sum, 4, 0);
-        let Outcome { results, .. } = world(Cabling::uniform(3), 8, base, |link, _| {
-            let (me, n) = (link.me, link.size());
-            let hdr = link.hdr(crate::wire::Phase::Scatter, 0, 0, 4)?;
+        let Outcome { results, .. } = world(Cabling::uniform(3), 8, base, |comm, _| {
+            let (me, n) = (comm.me, comm.size());
+            let hdr = comm.hdr(crate::wire::Phase::Scatter, 0, 0, 4)?;
             let sends = [SendOp { peer: (me + 1) % n, header: hdr, data: &[1, 2, 3, 4] }];
-            link.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
+            comm.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
             let mut buf = [0; 4];
             let mut recvs = [RecvOp { peer: (me + n - 1) % n, expect: hdr, buf: &mut buf }];
-            link.exchange(&[], &mut recvs, &mut |_, _| Ok(()))?;
+            comm.exchange(&[], &mut recvs, &mut |_, _| Ok(()))?;
             Ok(buf.to_vec())
         });
         assert!(results.iter().all(|r| matches!(r, Err(e) if e.to_string().contains("deadlock"))), "{results:?}");
 
-        let Outcome { results, .. } = world(Cabling::uniform(2), 8, base, |link, _| {
-            let other = 1 - link.me;
-            let sent = link.hdr(crate::wire::Phase::Scatter, 0, link.me, 4)?;
-            let expect = link.hdr(crate::wire::Phase::Scatter, 0, link.me, 4)?;
+        let Outcome { results, .. } = world(Cabling::uniform(2), 8, base, |comm, _| {
+            let other = 1 - comm.me;
+            let sent = comm.hdr(crate::wire::Phase::Scatter, 0, comm.me, 4)?;
+            let expect = comm.hdr(crate::wire::Phase::Scatter, 0, comm.me, 4)?;
             let mut buf = [0; 4];
             let sends = [SendOp { peer: other, header: sent, data: &[1, 2, 3, 4] }];
             let mut recvs = [RecvOp { peer: other, expect, buf: &mut buf }];
-            link.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
+            comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
             Ok(buf.to_vec())
         });
         assert!(results.iter().any(|r| matches!(r, Err(e) if e.to_string().contains("expected"))), "{results:?}");

@@ -56,7 +56,7 @@ struct Spoke {
 /// `Aborted { rank: reporter }`, `Error::rank()` naming it. Honest ranks never send a report
 /// their peers cannot bear out: a rank's death closes all its connections, an aborting rank
 /// tells every rank itself, and a rank that caught a false report passes it on as its own abort
-/// (`MeshControl::abort`), which every rank can check.
+/// (`TcpControl::abort`), which every rank can check.
 struct Claim {
     reporter: usize,
     error: Error,
@@ -74,7 +74,7 @@ enum Verdict {
 }
 
 /// One rank's end of the control mesh.
-pub(crate) struct MeshControl {
+pub(crate) struct TcpControl {
     rank: usize,
     /// `spokes[r]`: the connection to rank r (none to this rank).
     spokes: Vec<Option<Spoke>>,
@@ -87,9 +87,9 @@ pub(crate) struct MeshControl {
     liars: Vec<usize>,
 }
 
-impl MeshControl {
+impl TcpControl {
     /// The mesh from the bootstrap's connections (`streams[r]` to rank r).
-    pub(crate) fn new(rank: usize, streams: Vec<Option<TcpStream>>) -> io::Result<MeshControl> {
+    pub(crate) fn new(rank: usize, streams: Vec<Option<TcpStream>>) -> io::Result<TcpControl> {
         let spokes = streams
             .into_iter()
             .map(|s| {
@@ -111,7 +111,7 @@ impl MeshControl {
                 .transpose()
             })
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(MeshControl { rank, spokes, aborted: false, waits: None, claims: Vec::new(), liars: Vec::new() })
+        Ok(TcpControl { rank, spokes, aborted: false, waits: None, claims: Vec::new(), liars: Vec::new() })
     }
 
     /// Judge `claim` by this rank's own connection to the accused.
@@ -229,7 +229,7 @@ fn read_spoke(peer: usize, s: &mut Spoke) -> Option<Error> {
     found
 }
 
-impl Control for MeshControl {
+impl Control for TcpControl {
     fn check(&mut self) -> Option<Error> {
         let mut news: Vec<Option<Error>> = vec![None; self.spokes.len()];
         for (peer, s) in self.spokes.iter_mut().enumerate() {
@@ -311,7 +311,7 @@ impl Control for MeshControl {
     }
 }
 
-impl Drop for MeshControl {
+impl Drop for TcpControl {
     fn drop(&mut self) {
         if !self.aborted {
             self.send_to_all(&Header::goodbye().encode(), None);

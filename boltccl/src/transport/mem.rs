@@ -4,7 +4,7 @@
 //! For fast tests of the algorithms and for single-process users. Frames are real encoded
 //! headers in real rings, so header checks, aborts and timeouts behave as between processes.
 
-use super::mesh::Mesh;
+use super::links::Links;
 use super::progress::{Control, WaitPolicy};
 use super::shm::ring::{can_pull, slot, Inbox, PeerInbox, Pulls, RingPair};
 use super::shm::ShmChannel;
@@ -14,9 +14,9 @@ use parking_lot::Mutex;
 use rustix::event::PollFd;
 use std::sync::Arc;
 
-/// The `n` ranks of an in-process world, each a [`Mesh`] over shared-memory rings of
+/// The `n` ranks of an in-process world, each a [`Links`] over shared-memory rings of
 /// `ring_bytes` bytes pulling payloads of at least `pull_bytes` (0: none), in rank order.
-pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize) -> Vec<Mesh> {
+pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize) -> Vec<Links> {
     let inboxes: Vec<Arc<Inbox>> = (0..n)
         .map(|r| {
             let rings = n.saturating_sub(1).max(1);
@@ -55,7 +55,7 @@ pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize) -> Vec<Mesh>
                 .collect();
             let channel = ShmChannel::new(inboxes[rank].clone(), pairs, (0..n).map(|_| None).collect());
             let control = MemControl { rank, aborted: aborted.clone(), bells: bells.clone() };
-            Mesh::new(rank, n, Box::new(channel), Box::new(control), wait)
+            Links::new(rank, n, Box::new(channel), Box::new(control), wait)
         })
         .collect()
 }

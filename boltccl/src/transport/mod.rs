@@ -6,13 +6,13 @@
 //! That is enough for every algorithm boltccl has (mesh, recursive doubling, direct
 //! reduce-scatter/all-gather, bidirectional ring, point-to-point).
 //!
-//! Every transport is a [`mesh::Mesh`]: per peer, one [`progress::Channel`] (TCP sockets, RDMA
+//! Every transport is a [`links::Links`]: per peer, one [`progress::Channel`] (TCP sockets, RDMA
 //! queue pairs, in-process queues) chosen by [`crate::connect`], all driven by the one
 //! progress engine in [`progress`], with a [`progress::Control`] plane that spreads aborts.
 
 pub(crate) mod control;
+pub(crate) mod links;
 pub(crate) mod mem;
-pub(crate) mod mesh;
 pub(crate) mod progress;
 pub(crate) mod shm;
 pub(crate) mod stream;

@@ -498,7 +498,7 @@ mod tests {
         let b = node("b", &[("rdma_en3", [10, 0, 0, 2]), ("rdma_en2", [10, 0, 0, 9])]);
         let c = node("c", &[("rdma_en2", [10, 0, 0, 6]), ("rdma_en4", [10, 0, 0, 10])]);
         let (m, shape) = infer_matrix(&[a.clone(), b.clone(), c.clone()]);
-        assert_eq!(shape, Shape::Mesh);
+        assert_eq!(shape, Shape::AllPairs);
         assert_eq!(m.cells[0][1], vec!["rdma_en2"]);
         assert_eq!(m.cells[1][0], vec!["rdma_en3"]);
         assert_eq!(m.cells[2][1], vec!["rdma_en4"]);

@@ -79,7 +79,7 @@ pub fn run(a: DoctorArgs) -> i32 {
     }
     let (matrix, shape) = doctor::infer_matrix(&reports);
     match shape {
-        Shape::Mesh => println!("[ok  ] cabling: full mesh"),
+        Shape::AllPairs => println!("[ok  ] cabling: full mesh"),
         Shape::Ring => println!("[ok  ] cabling: ring (in the order given)"),
         Shape::Partial => println!(
             "[WARN] cabling: neither a mesh nor a ring in this host order; uncabled pairs will use TCP\n       fix: \

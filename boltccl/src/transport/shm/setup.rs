@@ -14,7 +14,7 @@ use crate::auth;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::host::{local_peers, PeerInfo};
-use crate::transport::mesh::Mesh;
+use crate::transport::links::Links;
 use crate::transport::Transport;
 use crate::wire::shm::{Hello, HELLO_LEN};
 use rustix::fd::{AsFd, OwnedFd};
@@ -60,7 +60,7 @@ fn socket_name() -> String {
 }
 
 /// Connect `mesh`'s ranks on this host with shared memory, moving those pairs off TCP.
-pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64, cfg: &Config) -> Result<()> {
+pub(crate) fn attach(mesh: &mut Links, offer: Offer, peers: &[PeerInfo], job: u64, cfg: &Config) -> Result<()> {
     let rank = cfg.rank;
     let local = local_peers(peers, rank);
     if local.is_empty() {
@@ -71,7 +71,7 @@ pub(crate) fn attach(mesh: &mut Mesh, offer: Offer, peers: &[PeerInfo], job: u64
     group.push(rank);
     group.sort_unstable();
     let key = cfg.job_key.as_deref().unwrap_or("").as_bytes().to_vec();
-    let failed = |e: Error, mesh: &mut Mesh| {
+    let failed = |e: Error, mesh: &mut Links| {
         mesh.abort(&e);
         e
     };

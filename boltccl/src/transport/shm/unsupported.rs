@@ -4,7 +4,7 @@
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::host::PeerInfo;
-use crate::transport::mesh::Mesh;
+use crate::transport::links::Links;
 
 /// A rank's offer of shared memory: never made here.
 pub(crate) struct Offer;
@@ -22,6 +22,6 @@ impl Offer {
 }
 
 /// Nothing to attach.
-pub(crate) fn attach(_: &mut Mesh, _: Offer, _: &[PeerInfo], _: u64, _: &Config) -> Result<()> {
+pub(crate) fn attach(_: &mut Links, _: Offer, _: &[PeerInfo], _: u64, _: &Config) -> Result<()> {
     Ok(())
 }

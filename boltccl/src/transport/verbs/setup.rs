@@ -10,7 +10,7 @@ use super::{VerbsChannel, MAX_MESSAGE, PORT};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::topology::Cabling;
-use crate::transport::mesh::Mesh;
+use crate::transport::links::Links;
 use crate::transport::{Limits, RecvOp, SendOp, Transport};
 use crate::types::{Collective, DType, ReduceOp};
 use crate::wire::verbs::{parse_endpoints, Endpoint, ENDPOINT_LEN};
@@ -157,7 +157,7 @@ fn bring_up(p: &mut Pending, peer: &Endpoint) -> Result<()> {
 
 /// A round over the TCP mesh with every peer: send `mine(peer)`, receive `len(peer)` bytes from each.
 fn tcp_round(
-    mesh: &mut Mesh,
+    mesh: &mut Links,
     peers: &[usize],
     seq: u32,
     len: impl Fn(usize) -> usize,
@@ -270,7 +270,7 @@ pub(crate) fn plan(cfg: &Config) -> Result<Plan> {
 
 /// Move the pairs the device matrix cables from `mesh`'s TCP links to RDMA queue pairs, but
 /// for those in `elsewhere` (served by another channel, such as shared memory on one host).
-pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config, elsewhere: &[usize]) -> Result<()> {
+pub(crate) fn attach(mesh: &mut Links, plan: Plan, cfg: &Config, elsewhere: &[usize]) -> Result<()> {
     let Plan { verbs, matrix, path } = plan;
     let (rank, size) = (cfg.rank, cfg.world_size);
     let tcp_peers = matrix.uncabled(rank);
@@ -285,7 +285,7 @@ pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config, elsewhere: &[usi
     let cables: Vec<&[String]> = (0..size).map(|p| matrix.cells[rank][p].as_slice()).collect();
     let timeout = cfg.init_timeout;
     same_cabling_everywhere(mesh, &matrix, &path, rank, size, timeout)?;
-    let fail = |mesh: &mut Mesh, e: Error| -> Error {
+    let fail = |mesh: &mut Links, e: Error| -> Error {
         mesh.abort(&e);
         e
     };
@@ -321,7 +321,7 @@ pub(crate) fn attach(mesh: &mut Mesh, plan: Plan, cfg: &Config, elsewhere: &[usi
 /// cabling before anyone opens a device (a rank expecting a cable its peer does not list would
 /// otherwise wait for endpoints that never come).
 fn same_cabling_everywhere(
-    mesh: &mut Mesh,
+    mesh: &mut Links,
     matrix: &DeviceMatrix,
     path: &std::path::Path,
     rank: usize,

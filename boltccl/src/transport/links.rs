@@ -3,14 +3,14 @@
 
 use super::progress::{Channel, Control, Engine, Pace, WaitPolicy};
 use super::tcp::TcpChannel;
-use super::{control::MeshControl, Limits, LinkKind, OnRecv, RecvOp, SendOp, Transport};
+use super::{control::TcpControl, Limits, LinkKind, OnRecv, RecvOp, SendOp, Transport};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::topology::Cabling;
 use std::net::TcpStream;
 
 /// One rank's links to every other rank of its group.
-pub(crate) struct Mesh {
+pub(crate) struct Links {
     rank: usize,
     size: usize,
     engine: Engine,
@@ -18,7 +18,7 @@ pub(crate) struct Mesh {
     aborted: bool,
 }
 
-impl Mesh {
+impl Links {
     /// Links over one channel for every peer.
     pub(crate) fn new(
         rank: usize,
@@ -26,10 +26,10 @@ impl Mesh {
         channel: Box<dyn Channel>,
         control: Box<dyn Control>,
         wait: WaitPolicy,
-    ) -> Mesh {
+    ) -> Links {
         let engine =
             Engine { channels: vec![channel], route: vec![0; size], control, wait, pace: Pace::default(), told: false };
-        Mesh { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
+        Links { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
     }
 
     /// Every pair on the TCP connections of a formed group: `links[peer][stream]` the data
@@ -40,14 +40,14 @@ impl Mesh {
         links: Vec<Vec<TcpStream>>,
         control: Vec<Option<TcpStream>>,
         local: usize,
-    ) -> Result<Mesh> {
+    ) -> Result<Links> {
         let (rank, size) = (cfg.rank, cfg.world_size);
         let wait = WaitPolicy::here(local, cfg.spin);
-        tracing::debug!(rank, local, ?wait, "bootstrap: mesh connected");
+        tracing::debug!(rank, local, ?wait, "bootstrap: links connected");
         let io = |e| Error::io(rank, "socket setup", e);
         let tcp = TcpChannel::new(links).map_err(io)?;
-        let control = MeshControl::new(rank, control).map_err(io)?;
-        Ok(Mesh::new(rank, size, Box::new(tcp), Box::new(control), wait))
+        let control = TcpControl::new(rank, control).map_err(io)?;
+        Ok(Links::new(rank, size, Box::new(tcp), Box::new(control), wait))
     }
 
     /// Serve `peers` with `channel` from now on, and choose algorithms from `cabling` when the
@@ -69,7 +69,7 @@ impl Mesh {
     }
 }
 
-impl Transport for Mesh {
+impl Transport for Links {
     fn rank(&self) -> usize {
         self.rank
     }
