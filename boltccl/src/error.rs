@@ -33,7 +33,7 @@ pub enum Error {
     },
 
     /// A peer process went away (connection closed or reset).
-    #[error("rank {rank} is gone ({detail}); the group is unusable: restart the job")]
+    #[error("rank {rank} is gone ({detail}); the group is unusable: shrink() it to go on without that rank, or restart the job")]
     PeerLost {
         /// The rank that disappeared.
         rank: usize,

@@ -10,7 +10,7 @@ use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
 use crate::request::{Queue, RawRequest, Scope};
 use crate::topology::{chunk_bytes, Cabling, Shape};
-use crate::transport::{InterruptCheck, Limits, LinkKind, Transport};
+use crate::transport::{AbortSignal, InterruptCheck, Limits, LinkKind, Transport};
 use crate::types::{Collective, DType, Element, ReduceOp};
 use crate::wire::Header;
 use parking_lot::Mutex;
@@ -18,15 +18,37 @@ use std::sync::Arc;
 
 /// State shared by a group and the sub-groups split from it: they use the same links.
 struct Shared {
-    transport: Mutex<Box<dyn Transport>>,
+    /// Shared further with the groups a shrink makes (they reuse the links).
+    transport: Arc<Mutex<Box<dyn Transport>>>,
     /// The first communication error; every later call reports it.
     poison: Mutex<Option<Error>>,
+    /// Raised by [`Group::abort`], from any thread.
+    abort: Arc<AbortSignal>,
+    /// A shrink made new groups on these links: this state's groups are done with them.
+    retired: std::sync::atomic::AtomicBool,
+    /// Shrinks that led to these groups (it makes their ids differ).
+    generation: u32,
     interrupt: Mutex<Option<InterruptCheck>>,
     cfg: Config,
     /// The transport's cabling, read once (transport ranks).
     cabling: Cabling,
     /// What carries the messages to each transport rank, read once.
     kinds: Vec<LinkKind>,
+}
+
+impl Shared {
+    /// If [`Group::abort`] was raised, tell the other ranks (once; the transport's abort is
+    /// idempotent) — when the links are free, else the call holding them does it.
+    fn tell_abort(&self) {
+        if self.retired.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        if let Some(e) = self.abort.error() {
+            if let Some(mut t) = self.transport.try_lock() {
+                t.abort(&e);
+            }
+        }
+    }
 }
 
 /// Per-group call state. Locked for the whole call: a second concurrent call gets `Busy`.
@@ -165,8 +187,11 @@ impl Group {
             tracing::info!("the RDMA links form a ring, not a full mesh: large collectives use the ring algorithms");
         }
         let shared = Arc::new(Shared {
-            transport: Mutex::new(t),
+            transport: Arc::new(Mutex::new(t)),
             poison: Mutex::new(None),
+            abort: Arc::new(AbortSignal::new().expect("a socket pair for the abort signal")),
+            retired: Default::default(),
+            generation: 0,
             interrupt: Mutex::new(None),
             cfg,
             cabling: cabling.clone(),
@@ -385,6 +410,104 @@ impl Group {
         self.bytes().recv(T::DTYPE, bytes_mut(buf), peer)
     }
 
+    /// Abort the group: callable from any thread (a signal handler included) while a call is
+    /// blocked or in flight on another; never blocks, and a second call does nothing.
+    ///
+    /// The call in flight returns [`Error::Aborted`] naming this rank at once, the other ranks
+    /// learn within moments (their calls fail naming this rank), and the group is poisoned:
+    /// later calls return [`Error::Poisoned`]. [`Group::shrink`] makes a working group again.
+    /// Groups split from this one share its links and are aborted with it.
+    pub fn abort(&self) {
+        let rank = self.core.members[self.core.me];
+        let e = Error::Aborted { rank, reason: format!("rank {rank} called abort()") };
+        if self.core.shared.abort.raise(e.clone()) {
+            if let Some(mut p) = self.core.shared.poison.try_lock() {
+                p.get_or_insert(e);
+            }
+            self.core.shared.tell_abort();
+        }
+    }
+
+    /// Go on without the ranks that are lost: the survivors (the ranks that call `shrink`
+    /// within `BOLTCCL_TIMEOUT_MS`) agree on who is there and each gets a new group of them,
+    /// ranks renumbered densely in this group's order. Works on a poisoned group (after a rank
+    /// died, or [`Group::abort`]) and on a healthy one.
+    ///
+    /// The links among the survivors are reused — TCP connections and shared-memory rings —
+    /// with no coordinator and no new connection; what the failed calls left on them is
+    /// dropped. (A group with RDMA links between survivors gets [`Error::InvalidArgument`]
+    /// saying so: those cannot be kept yet.) A rank that is alive but does not call `shrink`
+    /// in time is left out, and its own `shrink` then fails saying so. Ranks that fail during
+    /// the shrink make it fail (within the deadline, on every survivor) rather than give two
+    /// different groups: call `shrink` again.
+    ///
+    /// The new group takes over the links: this group, and every group split from it or it
+    /// from, is done (its calls return [`Error::Poisoned`]).
+    pub fn shrink(&self) -> Result<Group> {
+        self.shrink_excluding(&[])
+    }
+
+    /// [`Group::shrink`], leaving out the ranks `exclude` (ranks of this group) whatever they
+    /// do. Every survivor must pass the same list.
+    pub fn shrink_excluding(&self, exclude: &[usize]) -> Result<Group> {
+        let core = &self.core;
+        for &r in exclude {
+            core.check_rank("excluded rank", r)?;
+        }
+        if exclude.contains(&core.me) {
+            return Err(Error::invalid(format!("rank {} cannot exclude itself from the group it shrinks", core.me)));
+        }
+        // Started calls end first (at once, on a poisoned group).
+        self.queue.wait_idle()?;
+        let _st = core.state.try_lock().ok_or(Error::Busy)?;
+        let shared = &core.shared;
+        let candidates: Vec<usize> =
+            core.members.iter().enumerate().filter(|(g, _)| !exclude.contains(g)).map(|(_, &t)| t).collect();
+        let started = std::time::Instant::now();
+        let survivors = {
+            let mut t = shared.transport.lock();
+            match t.shrink(&candidates, shared.cfg.timeout) {
+                Ok(s) => s,
+                Err(e) => {
+                    shared.poison.lock().get_or_insert_with(|| e.clone());
+                    return Err(e);
+                }
+            }
+        };
+        shared.retired.store(true, std::sync::atomic::Ordering::SeqCst);
+        shared
+            .poison
+            .lock()
+            .get_or_insert_with(|| Error::invalid("this group was shrunk: use the group that shrink() returned"));
+        let members: Vec<usize> = core.members.iter().copied().filter(|t| survivors.contains(t)).collect();
+        let me = members
+            .iter()
+            .position(|&t| t == core.members[core.me])
+            .ok_or_else(|| Error::Internal("shrink lost this rank".into()))?;
+        tracing::debug!(rank = me, size = members.len(), took = ?started.elapsed(), "shrink: new group");
+        let next = Arc::new(Shared {
+            transport: shared.transport.clone(),
+            poison: Mutex::new(None),
+            abort: Arc::new(AbortSignal::new().map_err(|e| Error::local_io("abort signal", e))?),
+            retired: Default::default(),
+            generation: shared.generation + 1,
+            interrupt: Mutex::new(shared.interrupt.lock().clone()),
+            cfg: shared.cfg.clone(),
+            cabling: shared.cabling.clone(),
+            kinds: shared.kinds.clone(),
+        });
+        let size = members.len();
+        Ok(Group::from_core(Core {
+            cabling: next.cabling.subset(&members),
+            chunk: chunk_of(&next, &members, me),
+            id: mix(core.id, next.generation, u32::MAX),
+            shared: next,
+            members,
+            me,
+            state: Mutex::new(State::new(size)),
+        }))
+    }
+
     /// Split into sub-groups: ranks with the same `color` form one, ordered by `key` (then by
     /// rank). Ranks passing `None` take part in the split but join no group (they get
     /// `None`). A collective call: every rank of this group must make it.
@@ -465,7 +588,7 @@ impl Core {
             Turn::Try => self.state.try_lock().ok_or(Error::Busy)?,
             Turn::Wait => self.state.lock(),
         };
-        if let Some(e) = self.shared.poison.lock().clone() {
+        if let Some(e) = self.shared.poison.lock().clone().or_else(|| self.shared.abort.error()) {
             return Err(Error::Poisoned(Box::new(e)));
         }
         let counter = match call.p2p {
@@ -484,6 +607,7 @@ impl Core {
             op: call.name(),
             interrupt: self.shared.interrupt.lock().clone(),
             bytes: call.count * call.dtype.size(),
+            abort: Some(self.shared.abort.clone()),
         };
         let mut comm =
             Comm { t: &mut **transport, members: &self.members, me: self.me, base, chunk: self.chunk, limits };
@@ -495,6 +619,10 @@ impl Core {
                 transport.abort(e);
             }
         }
+        drop(transport);
+        // An abort raised while this call held the links (so `Group::abort` could not tell the
+        // other ranks itself) is told now: raised before its `try_lock` failed, so seen here.
+        self.shared.tell_abort();
         r
     }
 }

@@ -251,6 +251,9 @@ fn control_frames() {
                         Ok(Some(Control::Abort(e))) => {
                             prop_assert!(e.to_string().len() <= f::MAX_REASON + 200, "reason not bounded");
                         }
+                        Ok(Some(Control::Shrink(v))) => {
+                            prop_assert!(v.members.len() <= 8 * f::MAX_REASON, "shrink members not bounded");
+                        }
                         Ok(Some(Control::Goodbye | Control::Waiting { .. })) => {}
                         Ok(None) => break,
                         Err(_) => return Ok(()),

@@ -435,7 +435,7 @@ mod tests {
         let n = cabling.size();
         let board = Board::new(cabling);
         let members: Vec<usize> = (0..n).collect();
-        let limits = Limits { timeout: Duration::from_secs(60), op: "sim", interrupt: None, bytes: 0 };
+        let limits = Limits { timeout: Duration::from_secs(60), op: "sim", interrupt: None, bytes: 0, abort: None };
         let results = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|rank| {

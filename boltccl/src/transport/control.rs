@@ -14,8 +14,9 @@
 
 use super::progress::Control;
 use crate::error::Error;
-use crate::wire::frame::{self, ControlDecoder};
-use crate::wire::{abort_frame, relayed, Header};
+use crate::error::Result;
+use crate::wire::frame::{self, ControlDecoder, Vote};
+use crate::wire::{abort_frame, relayed, shrink_frame, Header};
 use rustix::event::{PollFd, PollFlags};
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -42,6 +43,8 @@ struct Spoke {
     own_abort: Option<String>,
     /// Aborts it sent that blame another rank, not yet judged (see [`Claim`]).
     claims: Vec<Error>,
+    /// Shrink votes and commits it sent, not yet taken (see [`TcpControl::agree`]).
+    votes: std::collections::VecDeque<Vote>,
 }
 
 /// An abort from rank `reporter` that blames another rank, `error.rank()`: that it is gone
@@ -106,6 +109,7 @@ impl TcpControl {
                         aborted: false,
                         own_abort: None,
                         claims: Vec::new(),
+                        votes: Default::default(),
                     })
                 })
                 .transpose()
@@ -202,6 +206,7 @@ fn read_spoke(peer: usize, s: &mut Spoke) -> Option<Error> {
         match s.decoder.next() {
             Ok(Some(frame::Control::Goodbye)) => s.departed = true,
             Ok(Some(frame::Control::Waiting { on })) => s.waits = Some(on),
+            Ok(Some(frame::Control::Shrink(v))) => s.votes.push_back(v),
             Ok(Some(frame::Control::Abort(e))) => {
                 s.aborted = true;
                 if e.rank() == Some(peer) {
@@ -308,6 +313,205 @@ impl Control for TcpControl {
 
     fn settled(&self) -> bool {
         self.spokes.iter().flatten().all(|s| s.departed)
+    }
+
+    fn agree(&mut self, candidates: &[usize], attempt: u32, timeout: Duration) -> Result<Vec<usize>> {
+        TcpControl::agree(self, candidates, attempt, timeout)
+    }
+
+    fn commit(&mut self, members: &[usize], attempt: u32, timeout: Duration) -> Result<()> {
+        TcpControl::commit(self, members, attempt, timeout)
+    }
+
+    fn last_attempt(&self) -> u32 {
+        TcpControl::last_attempt(self)
+    }
+}
+
+/// A shrink: the survivors agree, over the control connections, on who is in the new group.
+///
+/// Rounds of votes: each rank sends the set it believes in to every rank of that set and
+/// waits (up to the timeout) for theirs. A rank whose connection closed, or that did not vote
+/// in time (alive but stalled), is out; so is a rank any vote leaves out. The set that every
+/// member voted for unchanged is agreed; then every member sends a commit and waits for the
+/// commits of all the others, which must name the same set. So two ranks that both return
+/// have the same group: a rank that fails between the rounds makes the others' commits fail
+/// (an error, and the caller may shrink again), never two different groups. Ranks left out
+/// are told with the commit, and their connections dropped.
+impl TcpControl {
+    fn alive(&self, q: usize) -> bool {
+        self.spokes.get(q).and_then(Option::as_ref).is_some_and(|s| !s.departed)
+    }
+
+    /// Read every connection (news is kept in the spokes; errors are old news here).
+    fn read_all(&mut self) {
+        for (peer, s) in self.spokes.iter_mut().enumerate() {
+            if let Some(s) = s.as_mut().filter(|s| !s.departed) {
+                let _ = read_spoke(peer, s);
+            }
+        }
+    }
+
+    fn send_to(&mut self, q: usize, frame: &[u8]) {
+        if let Some(s) = self.spokes.get_mut(q).and_then(Option::as_mut).filter(|s| !s.departed) {
+            write_briefly(&mut s.stream, frame);
+        }
+    }
+
+    /// Sleep until one of `ranks`' connections has news, or `until`.
+    fn wait_for(&self, ranks: &[usize], until: Instant) {
+        let mut fds: Vec<PollFd<'_>> = ranks
+            .iter()
+            .filter_map(|&q| self.spokes.get(q)?.as_ref())
+            .filter(|s| !s.departed)
+            .map(|s| PollFd::new(&s.stream, PollFlags::IN))
+            .collect();
+        let ms = until.saturating_duration_since(Instant::now()).as_millis().clamp(1, 100) as i32;
+        let _ = rustix::event::poll(&mut fds, ms);
+    }
+
+    /// The next frame of rank `q`'s for `attempt`, older ones dropped.
+    fn take_vote(&mut self, q: usize, attempt: u32) -> Option<Vote> {
+        let votes = &mut self.spokes.get_mut(q)?.as_mut()?.votes;
+        while votes.front().is_some_and(|v| v.attempt < attempt) {
+            votes.pop_front();
+        }
+        votes.pop_front()
+    }
+
+    /// The highest shrink attempt any rank has voted in.
+    fn last_attempt(&self) -> u32 {
+        self.spokes.iter().flatten().flat_map(|s| s.votes.iter().map(|v| v.attempt)).max().unwrap_or(0)
+    }
+
+    /// Agree on the new group among `candidates` (transport ranks, this one among them).
+    fn agree(&mut self, candidates: &[usize], attempt: u32, timeout: Duration) -> Result<Vec<usize>> {
+        let me = self.rank;
+        self.read_all();
+        let mut set: Vec<usize> = candidates.iter().copied().filter(|&q| q == me || self.alive(q)).collect();
+        for round in 0..=candidates.len() as u32 {
+            let frame = shrink_frame(false, attempt, round, &set);
+            for &q in set.iter().filter(|&&q| q != me) {
+                self.send_to(q, &frame);
+            }
+            let until = Instant::now() + timeout;
+            let mut votes: Vec<Option<Vec<usize>>> = vec![None; self.spokes.len()];
+            loop {
+                self.read_all();
+                for &q in set.iter().filter(|&&q| q != me) {
+                    if votes[q].is_some() {
+                        continue;
+                    }
+                    match self.take_vote(q, attempt) {
+                        Some(v) if !v.commit && v.round == round => votes[q] = Some(v.members),
+                        Some(v) if v.attempt > attempt => return Err(behind(q, v.attempt, attempt)),
+                        Some(v) => return Err(diverged(q, &v, round)),
+                        None => {}
+                    }
+                }
+                let waiting: Vec<usize> =
+                    set.iter().copied().filter(|&q| q != me && votes[q].is_none() && self.alive(q)).collect();
+                if waiting.is_empty() || Instant::now() >= until {
+                    break;
+                }
+                self.wait_for(&waiting, until);
+            }
+            let mut next: Vec<usize> = set.iter().copied().filter(|&q| q == me || votes[q].is_some()).collect();
+            for (q, v) in votes.iter().enumerate().filter_map(|(q, v)| Some((q, v.as_ref()?))) {
+                if !v.contains(&me) {
+                    return Err(Error::Aborted {
+                        rank: q,
+                        reason: format!("rank {q} shrank the group to ranks {v:?}, without this rank (rank {me})"),
+                    });
+                }
+                next.retain(|r| v.contains(r));
+            }
+            if next == set && votes.iter().flatten().all(|v| *v == set) {
+                return Ok(set);
+            }
+            tracing::debug!(round, ?set, ?next, "shrink: another round");
+            set = next;
+        }
+        Err(Error::Internal("shrink: the votes did not settle".into()))
+    }
+
+    /// Commit to `members` (agreed by [`TcpControl::agree`]): the same set from every member,
+    /// or an error. Then forget every other rank.
+    fn commit(&mut self, members: &[usize], attempt: u32, timeout: Duration) -> Result<()> {
+        let me = self.rank;
+        let frame = shrink_frame(true, attempt, 0, members);
+        for &q in members.iter().filter(|&&q| q != me) {
+            self.send_to(q, &frame);
+        }
+        let until = Instant::now() + timeout;
+        let mut done: Vec<usize> = vec![me];
+        while done.len() < members.len() {
+            self.read_all();
+            let pending: Vec<usize> = members.iter().copied().filter(|q| !done.contains(q)).collect();
+            for q in pending {
+                match self.take_vote(q, attempt) {
+                    Some(v) if v.commit && v.members == members => done.push(q),
+                    // A vote of an earlier round that crossed this rank's last one.
+                    Some(v) if !v.commit && v.attempt == attempt && v.members == members => {}
+                    Some(v) if v.attempt > attempt => return Err(behind(q, v.attempt, attempt)),
+                    Some(v) => return Err(diverged(q, &v, u32::MAX)),
+                    None if !self.alive(q) => {
+                        return Err(Error::PeerLost {
+                            rank: q,
+                            detail: "it was lost during the shrink (its control connection closed)".into(),
+                        })
+                    }
+                    None => {}
+                }
+            }
+            if done.len() == members.len() {
+                break;
+            }
+            if Instant::now() >= until {
+                let q = members.iter().copied().find(|q| !done.contains(q)).expect("one is missing");
+                return Err(Error::Timeout { op: "shrink (waiting for the commit)".into(), rank: q, after: timeout });
+            }
+            let waiting: Vec<usize> = members.iter().copied().filter(|q| !done.contains(q)).collect();
+            self.wait_for(&waiting, until);
+        }
+        // The ranks left out learn it from the commit; their connections go.
+        for q in 0..self.spokes.len() {
+            if !members.contains(&q) {
+                self.send_to(q, &frame);
+                self.spokes[q] = None;
+            }
+        }
+        self.aborted = false;
+        self.waits = None;
+        self.claims.clear();
+        self.liars.clear();
+        for s in self.spokes.iter_mut().flatten() {
+            s.aborted = false;
+            s.own_abort = None;
+            s.claims.clear();
+            s.waits = None;
+            s.votes.retain(|v| v.attempt > attempt);
+        }
+        Ok(())
+    }
+}
+
+fn behind(q: usize, theirs: u32, mine: u32) -> Error {
+    Error::Aborted {
+        rank: q,
+        reason: format!("rank {q} is on shrink attempt {theirs}, this rank on {mine}: call shrink again"),
+    }
+}
+
+fn diverged(q: usize, v: &Vote, round: u32) -> Error {
+    let what = if v.commit { "committed to" } else { "voted for" };
+    let when = if round == u32::MAX { "while this rank committed".to_string() } else { format!("in round {round}") };
+    Error::Aborted {
+        rank: q,
+        reason: format!(
+            "rank {q} {what} ranks {:?} (round {}) {when}: the ranks saw different failures during the shrink; call shrink again",
+            v.members, v.round
+        ),
     }
 }
 

@@ -16,6 +16,8 @@ pub(crate) struct Links {
     engine: Engine,
     cabling: Cabling,
     aborted: bool,
+    /// Shrinks tried so far (every vote names its attempt).
+    attempts: u32,
 }
 
 impl Links {
@@ -29,7 +31,7 @@ impl Links {
     ) -> Links {
         let engine =
             Engine { channels: vec![channel], route: vec![0; size], control, wait, pace: Pace::default(), told: false };
-        Links { rank, size, engine, cabling: Cabling::uniform(size), aborted: false }
+        Links { rank, size, engine, cabling: Cabling::uniform(size), aborted: false, attempts: 0 }
     }
 
     /// Every pair on the TCP connections of a formed group: `links[peer][stream]` the data
@@ -96,14 +98,42 @@ impl Transport for Links {
             return;
         }
         self.aborted = true;
+        // The data links stay open: the control plane tells every rank, and a shrink may
+        // reuse them. They close when the links are dropped.
         self.engine.control.abort(cause);
-        for c in self.engine.channels.iter_mut() {
-            c.close();
-        }
     }
 
     fn cabling(&self) -> Cabling {
         self.cabling.clone()
+    }
+
+    fn shrink(&mut self, candidates: &[usize], timeout: std::time::Duration) -> Result<Vec<usize>> {
+        let peers = |set: &[usize]| -> Vec<usize> { set.iter().copied().filter(|&q| q != self.rank).collect() };
+        for q in peers(candidates) {
+            let c = &self.engine.channels[self.engine.route[q]];
+            if !c.can_resync() {
+                return Err(Error::invalid(format!(
+                    "a shrink cannot keep {} links yet (rank {q}): the survivors must form a new group (boltccl::init)",
+                    c.kind().name()
+                )));
+            }
+        }
+        for c in self.engine.channels.iter_mut() {
+            c.prepare_resync();
+        }
+        self.attempts = (self.attempts + 1).max(self.engine.control.last_attempt());
+        let attempt = self.attempts;
+        let members = self.engine.control.agree(candidates, attempt, timeout)?;
+        let keep = peers(&members);
+        for c in self.engine.channels.iter_mut() {
+            c.resync(&keep, attempt, timeout)?;
+        }
+        self.engine.control.commit(&members, attempt, timeout)?;
+        for c in self.engine.channels.iter_mut() {
+            c.forget(&keep);
+        }
+        self.aborted = false;
+        Ok(members)
     }
 
     fn link_kind(&self, peer: usize) -> LinkKind {

@@ -22,6 +22,9 @@ pub(crate) mod verbs;
 use crate::error::{Error, Result};
 use crate::topology::Cabling;
 use crate::wire::Header;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// One message to send: a header (the transport sets nothing in it) and its payload.
@@ -59,6 +62,8 @@ pub struct Limits {
     pub interrupt: Option<InterruptCheck>,
     /// The call's size in bytes (its count of elements), for the wait policy.
     pub bytes: usize,
+    /// Set from another thread (`Group::abort`): the call stops at once.
+    pub abort: Option<std::sync::Arc<AbortSignal>>,
 }
 
 impl Limits {
@@ -68,6 +73,55 @@ impl Limits {
             Some(f) if f() => Err(Error::Interrupted { op: self.op.to_string() }),
             _ => Ok(()),
         }
+    }
+}
+
+/// A request to stop, made from any thread while a call may be blocked on another: a flag
+/// the progress engine reads on every turn, and a socket that wakes it from `poll`.
+pub struct AbortSignal {
+    requested: AtomicBool,
+    cause: parking_lot::Mutex<Option<Error>>,
+    /// Written once when the abort is requested; the engine polls the reading end.
+    wake: (UnixStream, UnixStream),
+}
+
+impl AbortSignal {
+    /// A signal not yet raised.
+    pub fn new() -> std::io::Result<AbortSignal> {
+        let (r, w) = UnixStream::pair()?;
+        r.set_nonblocking(true)?;
+        w.set_nonblocking(true)?;
+        Ok(AbortSignal { requested: AtomicBool::new(false), cause: parking_lot::Mutex::new(None), wake: (r, w) })
+    }
+
+    /// Raise it with `cause` (the first cause stays); true the first time. Never blocks.
+    pub fn raise(&self, cause: Error) -> bool {
+        if self.requested.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        *self.cause.lock() = Some(cause);
+        // A full socket buffer already wakes the reader: nothing to wait for.
+        let _ = (&self.wake.1).write(&[1]);
+        true
+    }
+
+    /// Whether it was raised.
+    pub fn raised(&self) -> bool {
+        self.requested.load(Ordering::SeqCst)
+    }
+
+    /// The error a call stopped by it returns.
+    pub fn error(&self) -> Option<Error> {
+        if !self.raised() {
+            return None;
+        }
+        Some(self.cause.lock().clone().unwrap_or_else(|| Error::Internal("abort raised without a cause".into())))
+    }
+
+    /// The descriptor that becomes readable once raised.
+    pub fn fd(&self) -> rustix::fd::BorrowedFd<'_> {
+        use rustix::fd::AsFd;
+        self.wake.0.as_fd()
     }
 }
 
@@ -122,4 +176,11 @@ pub trait Transport: Send {
     fn cabling(&self) -> Cabling;
     /// What carries the messages to `peer`.
     fn link_kind(&self, peer: usize) -> LinkKind;
+    /// Agree with the other ranks of `candidates` (transport ranks, this one among them) who
+    /// is still there, and bring the links among them back to a clean start, reusing them:
+    /// the agreed ranks, in order. Each wait is bounded by `timeout`; a rank that does not take
+    /// part within it is left out. See `Group::shrink`.
+    fn shrink(&mut self, _candidates: &[usize], _timeout: Duration) -> Result<Vec<usize>> {
+        Err(Error::invalid("this transport cannot shrink a group"))
+    }
 }

@@ -57,8 +57,20 @@ pub(crate) trait Channel: Send {
     /// After a failed exchange, before returning: make sure nothing still reads or writes the
     /// caller's buffers.
     fn quiesce(&mut self) {}
-    /// The group is failing: close the links so no peer waits on this rank.
-    fn close(&mut self) {}
+    /// Whether a shrink can keep this channel's links (see [`Channel::resync`]).
+    fn can_resync(&self) -> bool {
+        false
+    }
+    /// A shrink begins, before the votes: stop anything that would still write to the peers.
+    fn prepare_resync(&mut self) {}
+    /// After the votes: bring the links to the peers in `keep` (transport ranks; this channel
+    /// serves some of them) back to a clean start, everything of the failed group dropped,
+    /// failing if one of them makes no progress for `timeout`.
+    fn resync(&mut self, _keep: &[usize], _attempt: u32, _timeout: Duration) -> Result<()> {
+        Err(Error::invalid(format!("a shrink cannot keep {} links yet", self.kind().name())))
+    }
+    /// After a shrink: drop the links to the peers not in `keep`.
+    fn forget(&mut self, _keep: &[usize]) {}
 }
 
 /// How a channel can be waited for.
@@ -88,6 +100,18 @@ pub(crate) trait Control: Send {
     /// No more news can come: every other rank has left, or this control plane tells nothing
     /// it does not know at once.
     fn settled(&self) -> bool;
+    /// A shrink's votes (see `TcpControl::agree`): the agreed new group among `candidates`.
+    fn agree(&mut self, _candidates: &[usize], _attempt: u32, _timeout: Duration) -> Result<Vec<usize>> {
+        Err(Error::invalid("this control plane cannot shrink a group"))
+    }
+    /// A shrink's commit (see `TcpControl::commit`).
+    fn commit(&mut self, _members: &[usize], _attempt: u32, _timeout: Duration) -> Result<()> {
+        Err(Error::invalid("this control plane cannot shrink a group"))
+    }
+    /// The highest shrink attempt another rank has voted in.
+    fn last_attempt(&self) -> u32 {
+        0
+    }
 }
 
 /// How long a waiting rank polls before sleeping, when it has a core to itself.
@@ -294,6 +318,9 @@ impl Engine {
             for ch in channels.iter_mut() {
                 moved |= ch.pump(sends, recvs, on_recv)?;
             }
+            if let Some(e) = limits.abort.as_ref().and_then(|a| a.error()) {
+                return Err(e);
+            }
             let waiting_on = channels.iter().find_map(|c| c.waiting_on());
             let now = Instant::now();
             if moved {
@@ -348,6 +375,9 @@ impl Engine {
                 Wake::Nap => std::thread::sleep(NAP),
                 Wake::Poll => {
                     control.wake_on(&mut fds);
+                    if let Some(a) = &limits.abort {
+                        fds.push(PollFd::from_borrowed_fd(a.fd(), rustix::event::PollFlags::IN));
+                    }
                     sleep(&mut fds, until.saturating_duration_since(now))?;
                     drop(fds);
                     // What woke us may be news, not data: read it at once.

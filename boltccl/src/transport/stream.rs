@@ -10,7 +10,7 @@
 use super::{OnRecv, RecvOp, SendOp};
 use crate::error::{Error, Result};
 use crate::wire::frame::{Incoming, Outgoing};
-use crate::wire::Header;
+use crate::wire::{resync_header, Header, Kind, HEADER_LEN};
 use std::io::{self, Read, Write};
 
 /// Operations queued on one (peer, stream) in one direction, in order.
@@ -192,5 +192,181 @@ impl<L: Read + Write> Streams<L> {
     pub(crate) fn waiting_on(&self) -> Option<usize> {
         let first = |qs: &[Queue]| qs.iter().position(Queue::pending).map(|qi| qi / self.streams);
         first(&self.rq).or_else(|| first(&self.sq))
+    }
+}
+
+/// One (peer, stream) being brought back to a frame boundary by a shrink: this side finishes
+/// the frame it was cutting short (the rest of its header, zeros for its payload) and sends a
+/// [`Kind::Resync`] marker; it reads and drops everything the peer sent before the peer's.
+struct Resync {
+    peer: usize,
+    link: usize,
+    /// Bytes still to write: the frame's rest and the marker.
+    out: Vec<u8>,
+    sent: usize,
+    /// The frame header being read, and how much of it is in.
+    hdr: [u8; HEADER_LEN],
+    have: usize,
+    /// Payload bytes still to drop.
+    skip: usize,
+    /// The peer's marker came.
+    found: bool,
+}
+
+impl<L: Read + Write> Streams<L> {
+    /// Begin a shrink's resync of the links to `keep` (after a failed call: the queues hold
+    /// whatever it cut short).
+    fn resync_plan(&self, keep: &[usize], attempt: u32) -> Vec<Resync> {
+        let mut plan = Vec::new();
+        for &peer in keep {
+            for link in 0..self.links.get(peer).map_or(0, Vec::len) {
+                let q = peer * self.streams + link;
+                let mut out = Vec::new();
+                if let Some(o) = &self.sq[q].out {
+                    let (hdr, zeros) = o.unwritten();
+                    out.extend_from_slice(hdr);
+                    out.resize(out.len() + zeros, 0);
+                }
+                out.extend_from_slice(&resync_header(attempt).encode());
+                let inc = &self.rq[q].inc;
+                let mut r = Resync {
+                    peer,
+                    link,
+                    out,
+                    sent: 0,
+                    hdr: [0; HEADER_LEN],
+                    have: inc.partial().len(),
+                    skip: 0,
+                    found: false,
+                };
+                r.hdr[..r.have].copy_from_slice(inc.partial());
+                if r.have == HEADER_LEN {
+                    let len = u32::from_le_bytes(r.hdr[32..36].try_into().expect("4 bytes")) as usize;
+                    r.skip = len - inc.payload_read().min(len);
+                    r.have = 0;
+                }
+                plan.push(r);
+            }
+        }
+        plan
+    }
+
+    /// Move one resync as far as the link allows; true when it moved.
+    fn resync_step(&mut self, r: &mut Resync, attempt: u32, scratch: &mut [u8]) -> Result<bool> {
+        let link = &mut self.links[r.peer][r.link];
+        let lost =
+            |e: io::Error| Error::PeerLost { rank: r.peer, detail: format!("connection lost during a shrink ({e})") };
+        let mut moved = false;
+        while r.sent < r.out.len() {
+            match link.write(&r.out[r.sent..]) {
+                Ok(0) => return Err(lost(io::ErrorKind::WriteZero.into())),
+                Ok(n) => {
+                    r.sent += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(lost(e)),
+            }
+        }
+        while !r.found {
+            let into = if r.skip > 0 {
+                let n = r.skip.min(scratch.len());
+                &mut scratch[..n]
+            } else {
+                &mut r.hdr[r.have..]
+            };
+            let n = match link.read(into) {
+                Ok(0) => return Err(lost(io::ErrorKind::UnexpectedEof.into())),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(lost(e)),
+            };
+            moved = true;
+            if r.skip > 0 {
+                r.skip -= n;
+                continue;
+            }
+            r.have += n;
+            if r.have < HEADER_LEN {
+                continue;
+            }
+            r.have = 0;
+            let h =
+                Header::decode(&r.hdr).map_err(|d| Error::Protocol { from: format!("rank {}", r.peer), detail: d })?;
+            match h.kind {
+                Kind::Resync if h.group == attempt => r.found = true,
+                Kind::Data => r.skip = h.len as usize,
+                // A marker of an earlier, failed attempt: nothing follows it but this one's.
+                Kind::Resync if h.group < attempt => {}
+                k => {
+                    return Err(Error::Protocol {
+                        from: format!("rank {}", r.peer),
+                        detail: format!("a {k:?} frame on a data link during a shrink"),
+                    })
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Bring the links to `keep` back to a frame boundary (see [`Resync`]), waiting with `wait`
+    /// (given the links still pending and whether each waits to read, to write) until `timeout`
+    /// passes without progress. Clears the queues.
+    pub(crate) fn resync(
+        &mut self,
+        keep: &[usize],
+        attempt: u32,
+        timeout: std::time::Duration,
+        mut wait: impl FnMut(&[(&L, bool, bool)], std::time::Duration),
+    ) -> Result<()> {
+        let mut plan = self.resync_plan(keep, attempt);
+        let mut scratch = vec![0u8; 64 << 10];
+        let mut last = std::time::Instant::now();
+        loop {
+            let mut open = false;
+            for r in plan.iter_mut() {
+                if self.resync_step(r, attempt, &mut scratch)? {
+                    last = std::time::Instant::now();
+                }
+                open |= !r.found || r.sent < r.out.len();
+            }
+            if !open {
+                break;
+            }
+            if last.elapsed() >= timeout {
+                let r = plan.iter().find(|r| !r.found || r.sent < r.out.len()).expect("one is open");
+                return Err(Error::Timeout {
+                    op: "shrink (resync of the data links)".into(),
+                    rank: r.peer,
+                    after: timeout,
+                });
+            }
+            let pending: Vec<(&L, bool, bool)> = plan
+                .iter()
+                .filter(|r| !r.found || r.sent < r.out.len())
+                .map(|r| (&self.links[r.peer][r.link], !r.found, r.sent < r.out.len()))
+                .collect();
+            wait(&pending, timeout.saturating_sub(last.elapsed()));
+        }
+        self.forget_queues();
+        Ok(())
+    }
+
+    /// Forget whatever the failed exchange left in the queues.
+    pub(crate) fn forget_queues(&mut self) {
+        for q in self.sq.iter_mut().chain(self.rq.iter_mut()) {
+            q.reset();
+        }
+    }
+
+    /// Drop the links to every peer not in `keep`.
+    pub(crate) fn forget(&mut self, keep: &[usize]) {
+        for (peer, l) in self.links.iter_mut().enumerate() {
+            if !keep.contains(&peer) {
+                l.clear();
+            }
+        }
     }
 }

@@ -50,9 +50,34 @@ impl Channel for TcpChannel {
         Wake::Poll
     }
 
-    fn close(&mut self) {
-        for s in self.0.links.iter().flatten() {
-            let _ = s.shutdown(Shutdown::Both);
+    fn can_resync(&self) -> bool {
+        true
+    }
+
+    fn resync(&mut self, keep: &[usize], attempt: u32, timeout: std::time::Duration) -> Result<()> {
+        self.0.resync(keep, attempt, timeout, |pending, left| {
+            let mut fds: Vec<PollFd<'_>> = pending
+                .iter()
+                .map(|&(s, read, write)| {
+                    let mut f = PollFlags::empty();
+                    f.set(PollFlags::IN, read);
+                    f.set(PollFlags::OUT, write);
+                    PollFd::new(s, f)
+                })
+                .collect();
+            let ms = left.as_millis().clamp(1, 10) as i32;
+            let _ = rustix::event::poll(&mut fds, ms);
+        })
+    }
+
+    fn forget(&mut self, keep: &[usize]) {
+        for (peer, l) in self.0.links.iter().enumerate() {
+            if !keep.contains(&peer) {
+                for s in l {
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+            }
         }
+        self.0.forget(keep);
     }
 }

@@ -30,6 +30,17 @@ impl Outgoing {
         [IoSlice::new(hdr), IoSlice::new(data)]
     }
 
+    /// The part of this frame not yet written: the rest of its header, and how many payload
+    /// bytes (a shrink writes those as zeros to reach the next frame boundary). Nothing when
+    /// no byte went out yet.
+    pub fn unwritten(&self) -> (&[u8], usize) {
+        if self.done == 0 {
+            return (&[], 0);
+        }
+        let len = u32::from_le_bytes(self.hdr[32..36].try_into().expect("4 bytes")) as usize;
+        (&self.hdr[self.done.min(HEADER_LEN)..], (HEADER_LEN + len).saturating_sub(self.done.max(HEADER_LEN)))
+    }
+
     /// `n` more bytes went out; true once the whole frame (header and `len` payload bytes) has.
     pub fn advance(&mut self, n: usize, len: usize) -> bool {
         self.done += n;
@@ -55,6 +66,16 @@ impl Incoming {
     /// Forget any partial frame (the next bytes start a new one).
     pub fn reset(&mut self) {
         self.done = 0;
+    }
+
+    /// The header bytes read so far of a frame cut short (a shrink reads on from there).
+    pub fn partial(&self) -> &[u8] {
+        &self.hdr[..self.done.min(HEADER_LEN)]
+    }
+
+    /// Payload bytes of the frame cut short already read.
+    pub fn payload_read(&self) -> usize {
+        self.done.saturating_sub(HEADER_LEN)
     }
 
     /// Where the next bytes go: the rest of the header, then the rest of `buf`. Never more
@@ -96,6 +117,22 @@ pub enum Control {
         /// The rank the sender waited on.
         on: usize,
     },
+    /// A shrink's vote or commit (see [`super::shrink_frame`]).
+    Shrink(Vote),
+}
+
+/// One rank's say in a shrink: in `round` of shrink `attempt`, the ranks it takes to be in the
+/// new group; a commit once every one agreed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vote {
+    /// Whether this is the commit, not a vote.
+    pub commit: bool,
+    /// Which shrink (counted per transport, across attempts).
+    pub attempt: u32,
+    /// Which round of voting.
+    pub round: u32,
+    /// Transport ranks, in order.
+    pub members: Vec<usize>,
 }
 
 /// Control frames (abort, goodbye) assembled from a byte stream. Bounded: a frame longer than
@@ -130,7 +167,7 @@ impl ControlDecoder {
         let h = Header::decode(&head)?;
         // Judged on the header alone: a data header is an error at once, not once its payload
         // (which may never come) is in.
-        if h.kind == Kind::Data {
+        if matches!(h.kind, Kind::Data | Kind::Resync) {
             return Err("data frame on the control connection".into());
         }
         if h.len as usize > MAX_REASON {
@@ -144,7 +181,13 @@ impl ControlDecoder {
             Kind::Goodbye => Control::Goodbye,
             // Data was refused above.
             Kind::Abort if h.coll == super::WAITING => Control::Waiting { on: h.aux as usize },
-            Kind::Abort | Kind::Data => Control::Abort(abort_error(&h, &self.buf[HEADER_LEN..end])),
+            Kind::Shrink => Control::Shrink(Vote {
+                commit: h.coll == 1,
+                attempt: h.group,
+                round: h.seq,
+                members: super::shrink_members(&self.buf[HEADER_LEN..end]),
+            }),
+            Kind::Abort | Kind::Data | Kind::Resync => Control::Abort(abort_error(&h, &self.buf[HEADER_LEN..end])),
         };
         self.buf.drain(..end);
         Ok(Some(frame))

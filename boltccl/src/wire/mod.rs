@@ -39,6 +39,12 @@ pub enum Kind {
     Abort = 2,
     /// The sender is shutting down cleanly.
     Goodbye = 3,
+    /// Control connections: a shrink's vote or commit; the payload is the member set (see
+    /// [`shrink_frame`]).
+    Shrink = 4,
+    /// Data links: everything before this frame belongs to a failed group; a shrink reads up
+    /// to it (`group` is the shrink attempt).
+    Resync = 5,
 }
 
 /// Which stage of an algorithm a piece belongs to. Numbers are wire format: never renumber.
@@ -166,6 +172,8 @@ impl Header {
             1 => Kind::Data,
             2 => Kind::Abort,
             3 => Kind::Goodbye,
+            4 => Kind::Shrink,
+            5 => Kind::Resync,
             k => return Err(format!("unknown frame kind {k}")),
         };
         if b[36..40] != [0; 4] {
@@ -223,6 +231,37 @@ impl Header {
             DType::from_u8(self.dtype).map(|d| d.name().to_string()).unwrap_or_else(|| format!("dtype#{}", self.dtype));
         format!("{what} of {} {dt} elements", self.count)
     }
+}
+
+/// A shrink's control frame: a vote (`commit` false) in `round` of shrink `attempt`, or the
+/// commit, for the transport ranks `members` (a bitmap payload, bit r for rank r).
+pub fn shrink_frame(commit: bool, attempt: u32, round: u32, members: &[usize]) -> Vec<u8> {
+    let bits = members.iter().max().map_or(0, |m| m / 8 + 1);
+    let mut map = vec![0u8; bits];
+    for &m in members {
+        map[m / 8] |= 1 << (m % 8);
+    }
+    let h = Header {
+        kind: Kind::Shrink,
+        coll: commit as u8,
+        group: attempt,
+        seq: round,
+        len: map.len() as u32,
+        ..Header::abort(0, false, 0)
+    };
+    let mut frame = h.encode().to_vec();
+    frame.extend_from_slice(&map);
+    frame
+}
+
+/// The ranks a shrink frame's bitmap names, in order.
+pub fn shrink_members(map: &[u8]) -> Vec<usize> {
+    (0..map.len() * 8).filter(|r| map[r / 8] & (1 << (r % 8)) != 0).collect()
+}
+
+/// The marker a shrink sends on every data link it keeps (see [`Kind::Resync`]).
+pub fn resync_header(attempt: u32) -> Header {
+    Header { kind: Kind::Resync, group: attempt, ..Header::abort(0, false, 0) }
 }
 
 /// `coll` of an abort header that is a waiting note, not an abort.

@@ -119,8 +119,33 @@ impl Channel for ShmChannel {
         }
     }
 
-    fn close(&mut self) {
-        self.depart();
+    fn can_resync(&self) -> bool {
+        true
+    }
+
+    fn prepare_resync(&mut self) {
+        for pair in self.streams.links.iter_mut().flatten() {
+            pair.stop_writing();
+        }
+    }
+
+    fn resync(&mut self, keep: &[usize], _attempt: u32, _timeout: std::time::Duration) -> Result<()> {
+        // Every peer in `keep` stopped writing before it voted, and writes again only after
+        // this rank's commit: what is in the rings now is all of the failed group's.
+        for pair in self.streams.links.iter_mut().flatten().filter(|p| keep.contains(&p.peer())) {
+            pair.skip_all();
+        }
+        self.streams.forget_queues();
+        Ok(())
+    }
+
+    fn forget(&mut self, keep: &[usize]) {
+        self.streams.forget(keep);
+        for (peer, s) in self.sockets.iter_mut().enumerate() {
+            if !keep.contains(&peer) {
+                *s = None;
+            }
+        }
     }
 }
 

@@ -414,6 +414,24 @@ impl RingPair {
         }
     }
 
+    /// A shrink begins: whatever this end lent is withdrawn, and the peer may count every pull
+    /// descriptor sent so far as done (see [`RingPair::skip_all`]).
+    pub(crate) fn stop_writing(&mut self) {
+        self.lent = None;
+        self.out.control().withdrawn.store(self.lent_seq, Ordering::SeqCst);
+    }
+
+    /// A shrink's resync, once the peer has stopped writing (it voted): drop every byte it
+    /// wrote so far, and the pulls it lent.
+    pub(crate) fn skip_all(&mut self) {
+        fence(Ordering::SeqCst);
+        self.head = self.inp.control().tail.load(Ordering::Acquire);
+        self.pulled = self.inp.control().withdrawn.load(Ordering::SeqCst).max(self.pulled);
+        self.inp.control().pulled.store(self.pulled, Ordering::Release);
+        self.inp.control().head.store(self.head, Ordering::Release);
+        self.into.nudge();
+    }
+
     /// Lend `payload` (the whole rest of a frame) to the peer: a descriptor now, the bytes
     /// counted written once the peer has pulled them.
     fn lend(&mut self, payload: &[u8]) -> io::Result<usize> {

@@ -172,7 +172,7 @@ fn tcp_round(
     let mut bufs: Vec<Vec<u8>> = peers.iter().map(|&p| vec![0u8; len(p)]).collect();
     let mut recvs: Vec<RecvOp<'_>> =
         peers.iter().zip(bufs.iter_mut()).map(|(&peer, b)| RecvOp { peer, expect: h(b.len()), buf: b }).collect();
-    let limits = Limits { timeout, op: "RDMA set-up", interrupt: None, bytes: 0 };
+    let limits = Limits { timeout, op: "RDMA set-up", interrupt: None, bytes: 0, abort: None };
     mesh.exchange(&sends, &mut recvs, &mut |_, _| Ok(()), &limits)?;
     drop(recvs);
     Ok(bufs)

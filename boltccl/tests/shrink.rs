@@ -1,0 +1,249 @@
+//! Groups that survive: `Group::abort` from another thread, and `Group::shrink` after a rank
+//! is killed mid-collective (rank 0, the coordinator, among the cases), over TCP and shared
+//! memory, with real processes started directly.
+//!
+//! What each case checks on every survivor: the shrink gives a group of the survivors, ranks
+//! renumbered in the old order, whose all_sums (small and large, so every algorithm's
+//! messages cross the reused links) give the exact sums; no TCP connection was opened for it
+//! (the process's TCP sockets after the shrink are a subset of those before); and the time
+//! from the kill to the first correct all_sum of the new group, printed.
+
+mod common;
+
+use common::harness::{is_worker, one_job_at_a_time, Job, RankOutput};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()
+}
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_default()
+}
+
+/// The inodes of this process's TCP sockets (from /proc: sockets whose inode is in the TCP
+/// tables).
+fn tcp_sockets() -> BTreeSet<u64> {
+    let mut tcp: BTreeSet<u64> = BTreeSet::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
+            if let Some(inode) = line.split_whitespace().nth(9).and_then(|i| i.parse().ok()) {
+                tcp.insert(inode);
+            }
+        }
+    }
+    let mut mine = BTreeSet::new();
+    for fd in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else { continue };
+        let t = target.to_string_lossy();
+        if let Some(inode) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')).and_then(|s| s.parse().ok()) {
+            if tcp.contains(&inode) {
+                mine.insert(inode);
+            }
+        }
+    }
+    mine
+}
+
+/// All_sums of `n` elements, each rank's value its rank + 1: every element must be the sum.
+fn check_sums(g: &boltccl::Group, n: usize) -> Result<(), String> {
+    let mut buf = vec![(g.rank() + 1) as f32; n];
+    g.all_sum(&mut buf).map_err(|e| e.to_string())?;
+    let want = (g.size() * (g.size() + 1) / 2) as f32;
+    match buf.iter().position(|&x| x != want) {
+        Some(i) => Err(format!("all_sum of {n}: element {i} is {}, want {want}", buf[i])),
+        None => Ok(()),
+    }
+}
+
+/// A rank: a first all_sum, a file saying so, all_sums until one fails (a rank was killed, or
+/// aborted); then shrink, check the new group, print what happened.
+///
+/// `MODE=abort`: rank `ABORTER` calls `abort()` from a second thread while its all_sum waits
+/// for the other ranks, which start theirs only after it aborted.
+#[test]
+fn shrink_worker() {
+    if !is_worker() {
+        return;
+    }
+    boltccl::log_to_stderr();
+    let g = boltccl::init().unwrap_or_else(|e| panic!("init: {e}"));
+    let mut buf = vec![1.0f32; 1 << 20];
+    g.all_sum(&mut buf).unwrap();
+    let before = tcp_sockets();
+    std::fs::write(Path::new(&env("READY_DIR")).join(g.rank().to_string()), "").unwrap();
+    let old_rank = g.rank();
+    let err = if env("MODE") == "abort" {
+        let aborter: usize = env("ABORTER").parse().unwrap();
+        if g.rank() == aborter {
+            let t = Instant::now();
+            let e = std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(300));
+                    g.abort();
+                    g.abort();
+                });
+                g.all_sum(&mut buf).unwrap_err()
+            });
+            println!("ABORTED_AFTER {}", t.elapsed().as_millis());
+            e
+        } else {
+            // Starts its all_sum only after the aborter's abort (at 300 ms): it must fail.
+            std::thread::sleep(Duration::from_millis(1000));
+            g.all_sum(&mut buf).unwrap_err()
+        }
+    } else {
+        loop {
+            if let Err(e) = g.all_sum(&mut buf) {
+                break e;
+            }
+        }
+    };
+    println!("ERR_AT {}", now_ms());
+    println!("ERR {err}");
+    let t = Instant::now();
+    let g2 = match g.shrink() {
+        Ok(g2) => g2,
+        Err(e) => {
+            println!("SHRINK_ERR {e}");
+            return;
+        }
+    };
+    let shrink_ms = t.elapsed().as_secs_f64() * 1e3;
+    // The old group is done.
+    let old = g.barrier().unwrap_err();
+    assert!(matches!(old, boltccl::Error::Poisoned(_)), "the old group after a shrink: {old}");
+    for n in [1, 1000, 4 << 20] {
+        if let Err(e) = check_sums(&g2, n) {
+            println!("WRONG {e}");
+            return;
+        }
+    }
+    println!("WORKING_AT {}", now_ms());
+    println!("SHRINK_MS {shrink_ms:.2}");
+    println!("NEW {old_rank} {} {}", g2.rank(), g2.size());
+    let after = tcp_sockets();
+    let new: Vec<_> = after.difference(&before).collect();
+    println!("NEW_TCP {}", new.len());
+    g2.barrier().unwrap();
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Backend {
+    Tcp,
+    Shm,
+}
+
+/// Start `n` ranks, wait for their first all_sum, kill `victims` (none: `MODE=abort`), and
+/// return (when, the outputs).
+fn run(n: usize, backend: Backend, victims: &[usize], extra: &[(&str, &str)]) -> (u128, Vec<RankOutput>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(n, "shrink_worker")
+        .env("READY_DIR", dir.path().display().to_string())
+        .env("BOLTCCL_TIMEOUT_MS", "20000")
+        .env(
+            "BOLTCCL_BACKEND",
+            match backend {
+                Backend::Tcp => "tcp",
+                Backend::Shm => "shm",
+            },
+        );
+    for (k, v) in extra {
+        job = job.env(*k, *v);
+    }
+    let ranks = job.spawn();
+    let until = Instant::now() + Duration::from_secs(60);
+    while (0..n).any(|r| !dir.path().join(r.to_string()).exists()) {
+        assert!(Instant::now() < until, "{n} ranks over {backend:?} never finished a first all_sum");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let at = now_ms();
+    for &v in victims {
+        let pid = rustix::process::Pid::from_raw(ranks.children[v].id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::Kill).unwrap();
+    }
+    (at, ranks.wait(Duration::from_secs(90)))
+}
+
+/// Every survivor shrank to the same group of the survivors, renumbered in order, which
+/// summed right, over the old links. Returns the ms from the kill to each survivor's first
+/// correct all_sum in the new group.
+fn survivors_shrank(label: &str, n: usize, victims: &[usize], at: u128, outs: &[RankOutput]) -> Vec<u128> {
+    let alive: Vec<usize> = (0..n).filter(|r| !victims.contains(r)).collect();
+    let mut times = Vec::new();
+    for o in outs.iter().filter(|o| alive.contains(&o.rank)) {
+        let show = || format!("{label}: rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr);
+        assert!(o.status.success(), "{} exited {:?}", show(), o.status);
+        assert!(o.field("WRONG ").is_none() && o.field("SHRINK_ERR ").is_none(), "{}", show());
+        let new = o.field("NEW ").unwrap_or_else(|| panic!("{}: no new group", show()));
+        let want = format!("{} {} {}", o.rank, alive.iter().position(|&r| r == o.rank).unwrap(), alive.len());
+        assert_eq!(new, want, "{}", show());
+        assert_eq!(o.field("NEW_TCP "), Some("0"), "{}: the shrink opened TCP connections", show());
+        let working: u128 = o.field("WORKING_AT ").unwrap().parse().unwrap();
+        times.push(working - at);
+    }
+    eprintln!("{label}: from the kill to a working group: {times:?} ms");
+    times
+}
+
+fn killed(n: usize, backend: Backend, victims: &[usize]) {
+    let _one = one_job_at_a_time();
+    let label = format!("{n} ranks over {backend:?}, kill -9 of {victims:?}, shrink");
+    let (at, outs) = run(n, backend, victims, &[]);
+    let times = survivors_shrank(&label, n, victims, at, &outs);
+    // Far inside the deadline (20 s): a death is named at once, and the survivors' votes
+    // need no wait.
+    assert!(times.iter().all(|&t| t < 5_000), "{label}: {times:?} ms");
+}
+
+#[test]
+fn three_ranks_over_tcp_shrink_to_two_after_a_kill() {
+    killed(3, Backend::Tcp, &[1]);
+}
+
+#[test]
+fn four_ranks_over_tcp_shrink_to_three_after_rank_0_is_killed() {
+    killed(4, Backend::Tcp, &[0]);
+}
+
+#[test]
+fn three_ranks_over_shared_memory_shrink_to_two_after_a_kill() {
+    killed(3, Backend::Shm, &[2]);
+}
+
+#[test]
+fn four_ranks_over_shared_memory_shrink_to_three_after_rank_0_is_killed() {
+    killed(4, Backend::Shm, &[0]);
+}
+
+/// `abort()` from another thread stops the blocked call at once and reaches every rank, which
+/// then shrink to a group of all of them over the same links.
+fn aborted(backend: Backend) {
+    let _one = one_job_at_a_time();
+    let label = format!("3 ranks over {backend:?}, rank 1 aborts");
+    let (_, outs) = run(3, backend, &[], &[("MODE", "abort"), ("ABORTER", "1")]);
+    for o in &outs {
+        let show = || format!("{label}: rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr);
+        let err = o.field("ERR ").unwrap_or_else(|| panic!("{}: no error", show()));
+        assert!(err.contains("rank 1") && err.contains("abort"), "{}: {err}", show());
+        if o.rank == 1 {
+            let ms: u128 = o.field("ABORTED_AFTER ").unwrap().parse().unwrap();
+            // The abort comes 300 ms in; "at once" is well before the 20 s deadline.
+            assert!((300..1_500).contains(&ms), "{}: the aborted call returned after {ms} ms", show());
+        }
+    }
+    survivors_shrank(&label, 3, &[], 0, &outs);
+}
+
+#[test]
+fn abort_from_another_thread_then_shrink_over_tcp() {
+    aborted(Backend::Tcp);
+}
+
+#[test]
+fn abort_from_another_thread_then_shrink_over_shared_memory() {
+    aborted(Backend::Shm);
+}
