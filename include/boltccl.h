@@ -382,6 +382,31 @@ boltccl_result boltccl_recv(const boltccl_group *g, void *buf, size_t bytes, int
 boltccl_result boltccl_split(const boltccl_group *g, int color, int64_t key, boltccl_group **out);
 
 /**
+ * Abort the group: callable from any thread (a signal handler included) while a call is
+ * blocked on another, which then returns `BOLTCCL_RESULT_ABORTED` at once; every other rank
+ * learns within moments and the group is poisoned (`boltccl_group_shrink` makes a working one).
+ * Never blocks; a second call does nothing.
+ *
+ * # Safety
+ * `g` must be a live group handle.
+ */
+boltccl_result boltccl_group_abort(const boltccl_group *g);
+
+/**
+ * Go on without the lost ranks: the ranks of `g` that call this within the deadline agree on
+ * who is there, and each gets in `*out` a new group of them (ranks renumbered in order),
+ * reusing the links (TCP, shared memory). `exclude` lists `n_exclude` ranks of `g` to leave
+ * out whatever they do (NULL when `n_exclude` is 0); every survivor passes the same list.
+ * After success `g` is done (its calls fail); free both with `boltccl_group_free`. Ranks that
+ * fail during the shrink make it fail on every survivor: call it again.
+ *
+ * # Safety
+ * `g` must be a live group handle; `exclude` must point to `n_exclude` ints (or be NULL with
+ * `n_exclude` 0); `out` must point to writable storage for one pointer.
+ */
+boltccl_result boltccl_group_shrink(const boltccl_group *g, const int *exclude, size_t n_exclude, boltccl_group **out);
+
+/**
  * A static description of a `boltccl_result` code (never NULL; "unknown result code" for
  * numbers that are not codes). The string must not be freed.
  */

@@ -497,6 +497,71 @@ pub unsafe extern "C" fn boltccl_split(
     }
 }
 
+/// Abort the group: callable from any thread (a signal handler included) while a call is
+/// blocked on another, which then returns `BOLTCCL_RESULT_ABORTED` at once; every other rank
+/// learns within moments and the group is poisoned (`boltccl_group_shrink` makes a working one).
+/// Never blocks; a second call does nothing.
+///
+/// # Safety
+/// `g` must be a live group handle.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_group_abort(g: *const boltccl_group) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        unsafe { group(g) }.abort();
+        boltccl_result::Ok
+    }
+}
+
+/// Go on without the lost ranks: the ranks of `g` that call this within the deadline agree on
+/// who is there, and each gets in `*out` a new group of them (ranks renumbered in order),
+/// reusing the links (TCP, shared memory). `exclude` lists `n_exclude` ranks of `g` to leave
+/// out whatever they do (NULL when `n_exclude` is 0); every survivor passes the same list.
+/// After success `g` is done (its calls fail); free both with `boltccl_group_free`. Ranks that
+/// fail during the shrink make it fail on every survivor: call it again.
+///
+/// # Safety
+/// `g` must be a live group handle; `exclude` must point to `n_exclude` ints (or be NULL with
+/// `n_exclude` 0); `out` must point to writable storage for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_group_shrink(
+    g: *const boltccl_group,
+    exclude: *const c_int,
+    n_exclude: usize,
+    out: *mut *mut boltccl_group,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        check_null!(out);
+        if n_exclude > 0 {
+            check_null!(exclude);
+        }
+        let list: &[c_int] = if n_exclude == 0 {
+            &[]
+        } else {
+            // SAFETY: non-NULL, `n_exclude` ints per the contract.
+            unsafe { std::slice::from_raw_parts(exclude, n_exclude) }
+        };
+        let mut ranks = Vec::with_capacity(list.len());
+        for &r in list {
+            match usize::try_from(r) {
+                Ok(r) => ranks.push(r),
+                Err(_) => return fail(boltccl::Error::InvalidArgument(format!("excluded rank {r} is negative"))),
+            }
+        }
+        // SAFETY: live handle per the contract.
+        match unsafe { group(g) }.shrink_excluding(&ranks) {
+            Ok(next) => {
+                // SAFETY: `out` is non-NULL and writable per the contract.
+                unsafe { *out = into_handle(next) };
+                boltccl_result::Ok
+            }
+            Err(e) => fail(e),
+        }
+    }
+}
+
 /// A static description of a `boltccl_result` code (never NULL; "unknown result code" for
 /// numbers that are not codes). The string must not be freed.
 #[no_mangle]

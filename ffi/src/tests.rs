@@ -136,9 +136,31 @@ fn single_rank_calls() {
         assert!(sub.is_null());
         assert_eq!(boltccl_split(g, 5, 0, &mut sub), boltccl_result::Ok);
         assert_eq!(boltccl_size(sub), 1);
+
         boltccl_group_free(g);
         // The sub-group outlives its parent.
         assert_eq!(boltccl_all_sum(sub, xp, xp, 3, 0), boltccl_result::Ok);
+
+        // Shrink: bad lists are refused; a group of one shrinks to itself, and the old group
+        // is done. Abort poisons the group.
+        let mut next = null_mut();
+        assert_eq!(boltccl_group_shrink(sub, [-1].as_ptr(), 1, &mut next), boltccl_result::InvalidArgument);
+        assert!(last().contains("negative"), "{}", last());
+        assert_eq!(boltccl_group_shrink(sub, [0].as_ptr(), 1, &mut next), boltccl_result::InvalidArgument);
+        assert!(last().contains("cannot exclude itself"), "{}", last());
+        assert_eq!(boltccl_group_shrink(sub, null(), 1, &mut next), boltccl_result::NullParameter);
+        assert!(next.is_null());
+        let r = boltccl_group_shrink(sub, null(), 0, &mut next);
+        assert_eq!(r, boltccl_result::Ok, "{}", last());
+        assert_eq!(boltccl_size(next), 1);
+        assert_eq!(boltccl_all_sum(next, xp, xp, 3, 0), boltccl_result::Ok);
+        assert_ne!(boltccl_barrier(sub), boltccl_result::Ok);
+        assert!(last().contains("shrunk"), "{}", last());
+        assert_eq!(boltccl_group_abort(next), boltccl_result::Ok);
+        assert_eq!(boltccl_group_abort(next), boltccl_result::Ok);
+        assert_eq!(boltccl_barrier(next), boltccl_result::Aborted);
+        assert!(last().contains("abort()"), "{}", last());
+        boltccl_group_free(next);
         boltccl_group_free(sub);
     }
 }

@@ -1,6 +1,6 @@
 """Type stubs for the compiled module ``boltccl._native`` (re-exported by ``boltccl``)."""
 
-from typing import Any, List, Optional, Tuple, TypeVar, Union
+from typing import Sequence, Any, List, Optional, Tuple, TypeVar, Union
 
 __version__: str
 DTYPES: List[str]
@@ -66,6 +66,8 @@ class Group:
     def send(self, x: Buffer, peer: int, *, dtype: DTypeLike = None, async_op: bool = False) -> Any: ...
     def recv(self, x: B, peer: int, *, dtype: DTypeLike = None, async_op: bool = False) -> B: ...
     def split(self, color: Optional[int], key: int = 0) -> Optional["Group"]: ...
+    def abort(self) -> None: ...
+    def shrink(self, exclude: Optional[Sequence[int]] = None) -> "Group": ...
 
 def init(
     *,

@@ -2,7 +2,8 @@
 
 Argument errors raise the builtin ``ValueError`` or ``TypeError`` (the group stays usable).
 Everything else raises :class:`Error` or a subclass; after such an error the group is
-unusable (every later call fails): finish or restart the job.
+unusable (every later call fails): ``Group.shrink()`` makes a group of the ranks still there,
+or finish or restart the job.
 """
 
 from __future__ import annotations

@@ -533,6 +533,27 @@ impl PyGroup {
         Ok(sub.map(|s| PyGroup { inner: Some(Arc::new(s)), pending: self.pending.clone() }))
     }
 
+    /// Abort the group: callable from any thread or a signal handler while a call is blocked
+    /// on another, which then raises boltccl.PeerLostError (kind "aborted") at once; every other
+    /// rank learns within moments, and the group is poisoned (shrink() makes a working one).
+    /// Never blocks.
+    fn abort(&self) {
+        self.g().abort();
+    }
+
+    /// Go on without the lost ranks: the ranks that call shrink() within the deadline agree on
+    /// who is there and each gets a new Group of them (ranks renumbered in order), reusing the
+    /// links. `exclude`: ranks of this group to leave out, the same list on every survivor.
+    /// This group is done afterwards. Ranks failing during the shrink make it raise on every
+    /// survivor: call it again.
+    #[pyo3(signature = (exclude=None))]
+    fn shrink(&self, py: Python<'_>, exclude: Option<Vec<usize>>) -> PyResult<PyGroup> {
+        let g = self.g();
+        let exclude = exclude.unwrap_or_default();
+        let next = py.allow_threads(|| g.shrink_excluding(&exclude)).map_err(|e| self.err(py, e))?;
+        Ok(PyGroup { inner: Some(Arc::new(next)), pending: self.pending.clone() })
+    }
+
     fn __repr__(&self) -> String {
         format!("<boltccl.Group rank {} of {}>", self.g().rank(), self.g().size())
     }

@@ -21,7 +21,7 @@ def test_lost_peer_is_peer_lost_error():
     first = res["first"]
     assert first["type"] == "PeerLostError", first
     assert first["kind"] == "peer_lost" and first["rank"] == 1, first
-    assert "restart the job" in first["msg"], first
+    assert "restart the job" in first["msg"] and "shrink()" in first["msg"], first
     assert res["second"]["kind"] == "peer_lost", res["second"]
 
 
@@ -36,3 +36,22 @@ def test_mismatched_calls_raise_error_with_kind():
             assert f["type"] == "Error", f
         else:
             assert f["type"] == "PeerLostError" and "aborted" in f["msg"], f
+
+
+def test_survivors_shrink_after_a_rank_vanishes():
+    outs = run_ranks(3, "errors.py", "shrink", timeout=60)
+    res = results([outs[0], outs[2]])
+    for old_rank, r in zip((0, 2), res):
+        assert r["first"]["type"] == "PeerLostError" and r["first"]["rank"] == 1, r
+        # Ranks renumbered in order; 1 + 2 summed over the kept links.
+        assert r["new"] == [0 if old_rank == 0 else 1, 2, 3.0, True], r
+        assert r["old"]["boltccl_error"], r
+
+
+def test_abort_from_a_thread_stops_the_call_and_reaches_every_rank():
+    res = results(run_ranks(3, "errors.py", "abort", timeout=60))
+    for r in res:
+        assert r["first"]["type"] == "PeerLostError" and r["first"]["kind"] == "aborted", r
+        assert r["first"]["rank"] == 0 and "abort()" in r["first"]["msg"], r
+        assert r["new"][1:] == [3, 6.0, True], r
+    assert res[0]["aborted_after"] < 2.0, res[0]

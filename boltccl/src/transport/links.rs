@@ -109,6 +109,11 @@ impl Transport for Links {
 
     fn shrink(&mut self, candidates: &[usize], timeout: std::time::Duration) -> Result<Vec<usize>> {
         let peers = |set: &[usize]| -> Vec<usize> { set.iter().copied().filter(|&q| q != self.rank).collect() };
+        if peers(candidates).is_empty() {
+            // Alone: nobody to agree with, no link to keep.
+            self.aborted = false;
+            return Ok(vec![self.rank]);
+        }
         for q in peers(candidates) {
             let c = &self.engine.channels[self.engine.route[q]];
             if !c.can_resync() {

@@ -59,6 +59,36 @@ elif mode == "mismatch":
     except Exception as e:  # noqa: BLE001
         res["first"] = describe(e)
     time.sleep(0.5)
-if R == 0 or mode == "mismatch":
+elif mode in ("shrink", "abort"):
+    # 3 ranks. shrink: rank 1 vanishes; abort: rank 0 aborts from a second thread while its
+    # all_sum waits for the others, who start theirs after it. The survivors shrink and sum.
+    import threading
+
+    x = np.ones(1 << 16, dtype=np.float32)
+    if mode == "shrink" and R == 1:
+        os._exit(0)
+    if mode == "abort" and R == 0:
+        threading.Timer(0.3, g.abort).start()
+        t = time.monotonic()
+    else:
+        time.sleep(1.0)
+    try:
+        g.all_sum(x)
+        res["first"] = None
+    except Exception as e:  # noqa: BLE001
+        res["first"] = describe(e)
+    if mode == "abort" and R == 0:
+        res["aborted_after"] = time.monotonic() - t
+    g2 = g.shrink()
+    y = np.full(1000, g2.rank + 1, dtype=np.float32)
+    g2.all_sum(y)
+    res["new"] = [g2.rank, g2.size, float(y[0]), bool((y == y[0]).all())]
+    try:
+        g.barrier()
+        res["old"] = None
+    except Exception as e:  # noqa: BLE001
+        res["old"] = describe(e)
+    g2.barrier()
+if R == 0 or mode in ("mismatch", "shrink", "abort"):
     print("RESULT " + json.dumps(res), flush=True)
 os._exit(0)
