@@ -168,6 +168,38 @@ fn run(n: usize, backend: Backend, victims: &[usize], extra: &[(&str, &str)]) ->
     (at, ranks.wait(Duration::from_secs(90)))
 }
 
+/// A rank stopped (SIGSTOP) mid-collective: the others time out, shrink without it once it
+/// has not voted within the deadline, and sum right; continued, its own shrink fails saying it
+/// was left out.
+#[test]
+fn a_stalled_rank_is_left_out_and_told_so() {
+    let _one = one_job_at_a_time();
+    let label = "3 ranks over TCP, SIGSTOP of rank 2, shrink";
+    let dir = tempfile::tempdir().unwrap();
+    let ranks = Job::new(3, "shrink_worker")
+        .env("READY_DIR", dir.path().display().to_string())
+        .env("BOLTCCL_TIMEOUT_MS", "1500")
+        .env("BOLTCCL_BACKEND", "tcp")
+        .spawn();
+    let until = Instant::now() + Duration::from_secs(60);
+    while (0..3).any(|r| !dir.path().join(r.to_string()).exists()) {
+        assert!(Instant::now() < until, "{label}: never finished a first all_sum");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let pid = rustix::process::Pid::from_raw(ranks.children[2].id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::Stop).unwrap();
+    // The others time out (1.5 s), then wait up to 1.5 s for its vote, then go on.
+    std::thread::sleep(Duration::from_millis(6_000));
+    rustix::process::kill_process(pid, rustix::process::Signal::Cont).unwrap();
+    let outs = ranks.wait(Duration::from_secs(60));
+    survivors_shrank(label, 3, &[2], 0, &outs[..2]);
+    let o = &outs[2];
+    let err =
+        o.field("SHRINK_ERR ").unwrap_or_else(|| panic!("{label}: rank 2 was not told:\n{}\n{}", o.stdout, o.stderr));
+    assert!(err.contains("without this rank"), "{label}: rank 2: {err}");
+}
+
 /// Every survivor shrank to the same group of the survivors, renumbered in order, which
 /// summed right, over the old links. Returns the ms from the kill to each survivor's first
 /// correct all_sum in the new group.

@@ -388,6 +388,21 @@ impl TcpControl {
     fn agree(&mut self, candidates: &[usize], attempt: u32, timeout: Duration) -> Result<Vec<usize>> {
         let me = self.rank;
         self.read_all();
+        // Ranks that already shrank without this one (it was stalled): it is out, not a group
+        // of one.
+        for &q in candidates {
+            let votes = self.spokes.get(q).and_then(Option::as_ref).map(|s| &s.votes);
+            if let Some(v) = votes.into_iter().flatten().find(|v| v.commit && !v.members.contains(&me)) {
+                return Err(Error::Aborted {
+                    rank: q,
+                    reason: format!(
+                        "rank {q} and the others shrank the group to ranks {:?} without this rank (rank {me}), \
+                         which did not take part in time",
+                        v.members
+                    ),
+                });
+            }
+        }
         let mut set: Vec<usize> = candidates.iter().copied().filter(|&q| q == me || self.alive(q)).collect();
         for round in 0..=candidates.len() as u32 {
             let frame = shrink_frame(false, attempt, round, &set);
