@@ -13,17 +13,19 @@
 #   scripts/bench.sh overlap    compute (matrix products) while an async 64 MiB all_sum runs
 #   scripts/bench.sh mlx        mx.distributed.all_sum and mlx-lm TP=3 over MLX's ring backend,
 #                               Open MPI and libboltccl_mpi, beside `boltccl bench`
+#   scripts/bench.sh shrink     kill a rank, shrink, sum: 3 -> 2 and 4 -> 3 ranks, TCP and shared
+#                               memory, medians of 20
 # Each one's knobs are described at the top of scripts/bench/<name>.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 what="${1:-}"
 case "$what" in
-    peers | bindings | llm | netns | hosts | torch | overlap | mlx)
+    peers | bindings | llm | netns | hosts | torch | overlap | mlx | shrink)
         shift
         exec bash "$here/bench/$what.sh" "$@"
         ;;
     *)
-        sed -n '2,16p' "$0" >&2
+        sed -n '2,18p' "$0" >&2
         exit 2
         ;;
 esac

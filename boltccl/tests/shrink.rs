@@ -11,6 +11,7 @@
 mod common;
 
 use common::harness::{is_worker, one_job_at_a_time, Job, RankOutput};
+use common::verbs::verbs_env;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -120,8 +121,11 @@ fn shrink_worker() {
             println!("WRONG {e}");
             return;
         }
+        if n == 1 {
+            // The first call of the new group is back: it works.
+            println!("WORKING_AT {}", now_ms());
+        }
     }
-    println!("WORKING_AT {}", now_ms());
     println!("SHRINK_MS {shrink_ms:.2}");
     println!("NEW {old_rank} {} {}", g2.rank(), g2.size());
     let after = tcp_sockets();
@@ -134,6 +138,8 @@ fn shrink_worker() {
 enum Backend {
     Tcp,
     Shm,
+    /// RDMA over softverbs: a shrink cannot keep queue pairs yet, and says so.
+    Verbs,
 }
 
 /// Start `n` ranks, wait for their first all_sum, kill `victims` (none: `MODE=abort`), and
@@ -142,14 +148,12 @@ fn run(n: usize, backend: Backend, victims: &[usize], extra: &[(&str, &str)]) ->
     let dir = tempfile::tempdir().unwrap();
     let mut job = Job::new(n, "shrink_worker")
         .env("READY_DIR", dir.path().display().to_string())
-        .env("BOLTCCL_TIMEOUT_MS", "20000")
-        .env(
-            "BOLTCCL_BACKEND",
-            match backend {
-                Backend::Tcp => "tcp",
-                Backend::Shm => "shm",
-            },
-        );
+        .env("BOLTCCL_TIMEOUT_MS", "20000");
+    job = match backend {
+        Backend::Tcp => job.env("BOLTCCL_BACKEND", "tcp"),
+        Backend::Shm => job.env("BOLTCCL_BACKEND", "shm"),
+        Backend::Verbs => job.envs(verbs_env(n)),
+    };
     for (k, v) in extra {
         job = job.env(*k, *v);
     }
@@ -251,6 +255,18 @@ fn four_ranks_over_shared_memory_shrink_to_three_after_rank_0_is_killed() {
     killed(4, Backend::Shm, &[0]);
 }
 
+/// Over RDMA links the survivors' shrink fails at once with an error that says why and what to
+/// do, instead of reusing queue pairs it cannot bring back.
+#[test]
+fn over_rdma_a_shrink_says_it_cannot_keep_the_links() {
+    let _one = one_job_at_a_time();
+    let (_, outs) = run(3, Backend::Verbs, &[1], &[]);
+    for o in outs.iter().filter(|o| o.rank != 1) {
+        let err = o.field("SHRINK_ERR ").unwrap_or_else(|| panic!("rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr));
+        assert!(err.contains("RDMA") && err.contains("new group"), "rank {}: {err}", o.rank);
+    }
+}
+
 /// `abort()` from another thread stops the blocked call at once and reaches every rank, which
 /// then shrink to a group of all of them over the same links.
 fn aborted(backend: Backend) {
@@ -278,4 +294,36 @@ fn abort_from_another_thread_then_shrink_over_tcp() {
 #[test]
 fn abort_from_another_thread_then_shrink_over_shared_memory() {
     aborted(Backend::Shm);
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The figures (`scripts/bench.sh shrink`): 20 kills each at 3 -> 2 and 4 -> 3 ranks over TCP
+/// and shared memory; the median time from the kill to the first all_sum of the new group
+/// on the slowest survivor, and of the `shrink` call itself.
+#[test]
+#[ignore = "a benchmark: scripts/bench.sh shrink"]
+fn shrink_times() {
+    let _one = one_job_at_a_time();
+    let runs: usize = std::env::var("SHRINK_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    println!(
+        "| ranks | links | kill -> working group, ms (median of {runs}) | shrink() call, ms | new TCP connections |"
+    );
+    println!("|---|---|---|---|---|");
+    for (n, backend) in [(3, Backend::Tcp), (4, Backend::Tcp), (3, Backend::Shm), (4, Backend::Shm)] {
+        let (mut working, mut calls, mut opened) = (Vec::new(), Vec::new(), 0);
+        for _ in 0..runs {
+            let label = format!("{n} ranks over {backend:?}");
+            let (at, outs) = run(n, backend, &[1], &[]);
+            let times = survivors_shrank(&label, n, &[1], at, &outs);
+            working.push(*times.iter().max().unwrap() as f64);
+            let slowest = outs.iter().filter_map(|o| o.field("SHRINK_MS ")?.parse::<f64>().ok()).fold(0.0, f64::max);
+            calls.push(slowest);
+            opened += outs.iter().filter_map(|o| o.field("NEW_TCP ")?.parse::<usize>().ok()).sum::<usize>();
+        }
+        println!("| {n} -> {} | {backend:?} | {:.1} | {:.2} | {opened} |", n - 1, median(working), median(calls));
+    }
 }
