@@ -153,7 +153,7 @@ pub(crate) fn all_reduce(
     for b in 0..=batches {
         // Pieces before `b * batch` are reduced (all-gather side), the rest are not yet.
         let (mut my_done, mut my_rest): (&[&mut [u8]], &mut [&mut [u8]]) = (&[], &mut []);
-        let (mut peer_done, mut peer_rest) = (Vec::with_capacity(others), Vec::with_capacity(others));
+        let (mut peer_done, mut peer_rest): Peers<'_, '_> = (Vec::with_capacity(others), Vec::with_capacity(others));
         for (q, v) in pieces.iter_mut().enumerate() {
             let at = (b * batch).min(v.len());
             let (done, rest) = v.split_at_mut(at);
@@ -164,54 +164,9 @@ pub(crate) fn all_reduce(
                 peer_rest.push((q, &*rest));
             }
         }
-        let gather = b.checked_sub(1).map(|g| g * batch);
-        let mut sends = Vec::new();
-        for &(q, rest) in &peer_rest {
-            for k in 0..rest.len().min(batch) {
-                let data: &[u8] = match &inputs {
-                    Some(i) => i[q][b * batch + k],
-                    None => &*rest[k],
-                };
-                sends.push(SendOp { peer: comm.peer(q), header: comm.hdr(Phase::Reduce, b, k, data.len())?, data });
-            }
-            if let Some(g) = gather {
-                for (k, piece) in my_done.iter().enumerate().skip(g) {
-                    sends.push(SendOp {
-                        peer: comm.peer(q),
-                        header: comm.hdr(Phase::Gather, b - 1, k - g, piece.len())?,
-                        data: &piece[..],
-                    });
-                }
-            }
-        }
-        // Receives: this batch of contributions to my shard (slot k * others + qi), then
-        // the previous batch of every peer's reduced shard, straight into place.
+        let sends = batch_sends(comm, inputs.as_deref(), &peer_rest, my_done, b, batch)?;
         let mine: Vec<usize> = my_rest.iter().take(batch).map(|piece| piece.len()).collect();
-        let mut recvs = Vec::new();
-        let mut slots = slot_area.chunks_mut(chunk);
-        for (k, &len) in mine.iter().enumerate() {
-            for &(q, _) in &peer_rest {
-                let slot = slots.next().expect("batch fits the slot area");
-                recvs.push(RecvOp {
-                    peer: comm.peer(q),
-                    expect: comm.hdr(Phase::Reduce, b, k, len)?,
-                    buf: &mut slot[..len],
-                });
-            }
-        }
-        let reduce_recvs = recvs.len();
-        if let Some(g) = gather {
-            for (q, done) in peer_done.iter_mut() {
-                for (k, piece) in done.iter_mut().enumerate().skip(g) {
-                    let len = piece.len();
-                    recvs.push(RecvOp {
-                        peer: comm.peer(*q),
-                        expect: comm.hdr(Phase::Gather, b - 1, k - g, len)?,
-                        buf: &mut piece[..],
-                    });
-                }
-            }
-        }
+        let (mut recvs, reduce_recvs) = batch_recvs(comm, &mine, &mut peer_done, slot_area, b, batch)?;
         let mut arrived = vec![0usize; mine.len()];
         let mut on_recv = |recvs: &[RecvOp<'_>], i: usize| {
             if i >= reduce_recvs {
@@ -229,6 +184,83 @@ pub(crate) fn all_reduce(
         comm.exchange(&sends, &mut recvs, &mut on_recv)?;
     }
     Ok(())
+}
+
+/// Every peer's pieces of one batch, split at the batch: `(peer, reduced pieces)` and
+/// `(peer, pieces not yet reduced)`.
+type Peers<'p, 'b> = (Vec<(usize, &'p mut [&'b mut [u8]])>, Vec<(usize, &'p [&'b mut [u8]])>);
+
+/// The sends of exchange `b` of [`all_reduce`]: batch `b` of every peer's contributions (from
+/// `inputs`, or the buffer's pieces not yet reduced), then batch `b - 1` of this rank's reduced
+/// shard to every peer.
+fn batch_sends<'d>(
+    comm: &Comm<'_>,
+    inputs: Option<&'d [Vec<&'d [u8]>]>,
+    peer_rest: &[(usize, &'d [&'d mut [u8]])],
+    my_done: &'d [&'d mut [u8]],
+    b: usize,
+    batch: usize,
+) -> Result<Vec<SendOp<'d>>> {
+    let gather = b.checked_sub(1).map(|g| g * batch);
+    let mut sends = Vec::new();
+    for &(q, rest) in peer_rest {
+        for k in 0..rest.len().min(batch) {
+            let data: &[u8] = match inputs {
+                Some(i) => i[q][b * batch + k],
+                None => &*rest[k],
+            };
+            sends.push(SendOp { peer: comm.peer(q), header: comm.hdr(Phase::Reduce, b, k, data.len())?, data });
+        }
+        if let Some(g) = gather {
+            for (k, piece) in my_done.iter().enumerate().skip(g) {
+                sends.push(SendOp {
+                    peer: comm.peer(q),
+                    header: comm.hdr(Phase::Gather, b - 1, k - g, piece.len())?,
+                    data: &piece[..],
+                });
+            }
+        }
+    }
+    Ok(sends)
+}
+
+/// The receives of exchange `b` of [`all_reduce`]: this batch of contributions to this rank's
+/// pieces `mine` (their lengths) into slot `k * others + qi`, then batch `b - 1` of every
+/// peer's reduced shard straight into place. Also returns how many are contributions.
+fn batch_recvs<'d>(
+    comm: &Comm<'_>,
+    mine: &[usize],
+    peer_done: &'d mut [(usize, &mut [&mut [u8]])],
+    slot_area: &'d mut [u8],
+    b: usize,
+    batch: usize,
+) -> Result<(Vec<RecvOp<'d>>, usize)> {
+    let mut recvs = Vec::new();
+    let mut slots = slot_area.chunks_mut(comm.chunk);
+    for (k, &len) in mine.iter().enumerate() {
+        for &(q, _) in peer_done.iter() {
+            let slot = slots.next().expect("batch fits the slot area");
+            recvs.push(RecvOp {
+                peer: comm.peer(q),
+                expect: comm.hdr(Phase::Reduce, b, k, len)?,
+                buf: &mut slot[..len],
+            });
+        }
+    }
+    let contributions = recvs.len();
+    if let Some(g) = b.checked_sub(1).map(|g| g * batch) {
+        for (q, done) in peer_done.iter_mut() {
+            for (k, piece) in done.iter_mut().enumerate().skip(g) {
+                let len = piece.len();
+                recvs.push(RecvOp {
+                    peer: comm.peer(*q),
+                    expect: comm.hdr(Phase::Gather, b - 1, k - g, len)?,
+                    buf: &mut piece[..],
+                });
+            }
+        }
+    }
+    Ok((recvs, contributions))
 }
 
 /// Reduce-scatter: `input` holds P blocks of `output.len()` bytes; rank q gets block q reduced.
