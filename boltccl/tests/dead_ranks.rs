@@ -76,6 +76,7 @@ enum Backend {
 /// Start `n` ranks, wait until each finished its first all_sum, signal `victims` with `sig`,
 /// and return (the time of the signal, every rank's output). `cont`: SIGCONT the victims this
 /// long after the signal.
+#[allow(clippy::too_many_arguments)]
 fn signal_mid_collective(
     n: usize,
     backend: Backend,
