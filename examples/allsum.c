@@ -146,6 +146,53 @@ static void collectives(boltccl_group *g) {
     CHECK(boltccl_broadcast(g, x, N, BOLTCCL_FLOAT32, size - 1));
     EXPECT(x[N - 1] == (float)(N - 1), "broadcast = %g", x[N - 1]);
 
+    /* All-to-all: part q of this rank's `all` goes to rank q. */
+    for (i = 0; i < (size_t)size * N; i++) all[i] = (float)(rank * 100000) + (float)i;
+    {
+        float *out = (float *)malloc((size_t)size * N * sizeof(float));
+        size_t *send = (size_t *)malloc((size_t)size * sizeof(size_t));
+        size_t *recv = (size_t *)malloc((size_t)size * sizeof(size_t));
+        CHECK(boltccl_all_to_all(g, all, out, N, BOLTCCL_FLOAT32));
+        for (r = 0; r < size; r++) {
+            float want = (float)(r * 100000) + (float)((size_t)rank * N + 3);
+            EXPECT(out[(size_t)r * N + 3] == want, "all_to_all from %d = %g, want %g", r, out[(size_t)r * N + 3], want);
+        }
+        /* Per-peer counts: rank q sends q + 1 elements to everyone, and nothing to itself. */
+        size_t got_total = 0, at = 0;
+        for (r = 0; r < size; r++) {
+            send[r] = r == rank ? 0 : (size_t)rank + 1;
+            recv[r] = r == rank ? 0 : (size_t)r + 1;
+            got_total += recv[r];
+        }
+        CHECK(boltccl_all_to_all_v(g, all, send, out, recv, BOLTCCL_FLOAT32));
+        for (r = 0; r < size; r++) {
+            if (r == rank) continue;
+            /* Rank r's part for this rank starts after its parts for the ranks before. */
+            size_t off = (size_t)(r + 1) * (size_t)(rank - (r < rank ? 1 : 0));
+            EXPECT(out[at] == (float)(r * 100000) + (float)off, "all_to_all_v from %d = %g", r, out[at]);
+            at += recv[r];
+        }
+        EXPECT(at == got_total, "all_to_all_v layout");
+        /* A receive count that does not match what the peer sends is refused at once when the
+         * counts do not add up to the buffer: the group stays usable. */
+        EXPECT(boltccl_all_to_all_v(g, all, NULL, out, recv, BOLTCCL_FLOAT32) == BOLTCCL_RESULT_NULL_PARAMETER,
+               "all_to_all_v NULL counts");
+        free(out);
+        free(send);
+        free(recv);
+    }
+    /* Gather to, scatter from and reduce to the last rank. */
+    for (i = 0; i < N; i++) x[i] = (float)(rank * N + (int)i);
+    CHECK(boltccl_gather(g, x, rank == size - 1 ? all : NULL, N, BOLTCCL_FLOAT32, size - 1));
+    if (rank == size - 1) EXPECT(all[(size_t)size * N - 1] == (float)((size_t)size * N - 1), "gather");
+    for (i = 0; i < (size_t)size * N; i++) all[i] = (float)i;
+    CHECK(boltccl_scatter(g, rank == size - 1 ? all : NULL, y, N, BOLTCCL_FLOAT32, size - 1));
+    EXPECT(y[5] == (float)(rank * N + 5), "scatter = %g", y[5]);
+    for (i = 0; i < N; i++) x[i] = (float)(rank + 1);
+    CHECK(boltccl_reduce(g, x, x, N, BOLTCCL_FLOAT32, BOLTCCL_SUM, size - 1));
+    EXPECT(x[0] == (rank == size - 1 ? (float)(size * (size + 1) / 2) : (float)(rank + 1)), "reduce = %g", x[0]);
+    EXPECT(boltccl_reduce(g, x, x, N, BOLTCCL_FLOAT32, 7, 0) == BOLTCCL_RESULT_INVALID_PARAMETER, "reduce op 7");
+
     /* Ring: send to the right, receive from the left (even ranks send first). */
     {
         int right = (rank + 1) % size, left = (rank + size - 1) % size;
@@ -218,6 +265,36 @@ static void nonblocking(boltccl_group *g) {
     boltccl_request_free(gather);
     boltccl_request_free(bcast);
     boltccl_request_free(NULL);
+    {
+        /* Each new call started and waited on its own: every part reaches its rank. */
+        float red = 1.0f, one = (float)rank, *none = NULL;
+        boltccl_request *a2a = NULL, *ga = NULL, *sc = NULL, *re = NULL, *a2av = NULL;
+        float *to_all = (float *)malloc((size_t)size * sizeof(float)), *from_all = (float *)malloc((size_t)size * sizeof(float));
+        size_t *ones = (size_t *)malloc((size_t)size * sizeof(size_t));
+        for (i = 0; i < (size_t)size; i++) { to_all[i] = (float)(rank * 10 + (int)i); ones[i] = 1; }
+        CHECK(boltccl_all_to_all_async(g, to_all, from_all, 1, BOLTCCL_FLOAT32, &a2a));
+        CHECK(boltccl_wait(a2a));
+        for (i = 0; i < (size_t)size; i++) EXPECT(from_all[i] == (float)((int)i * 10 + rank), "async all_to_all[%zu]", i);
+        CHECK(boltccl_all_to_all_v_async(g, to_all, ones, from_all, ones, BOLTCCL_FLOAT32, &a2av));
+        CHECK(boltccl_gather_async(g, &one, rank == 0 ? parts : none, 1, BOLTCCL_FLOAT32, 0, &ga));
+        CHECK(boltccl_scatter_async(g, rank == 0 ? to_all : none, &one, 1, BOLTCCL_FLOAT32, 0, &sc));
+        CHECK(boltccl_reduce_async(g, &red, &red, 1, BOLTCCL_FLOAT32, BOLTCCL_MAX, 0, &re));
+        CHECK(boltccl_wait(a2av));
+        CHECK(boltccl_wait(ga));
+        CHECK(boltccl_wait(sc));
+        CHECK(boltccl_wait(re));
+        EXPECT(one == (float)rank, "async scatter = %g", one);
+        if (rank == 0) for (i = 0; i < (size_t)size; i++) EXPECT(parts[i] == (float)i, "async gather[%zu]", i);
+        EXPECT(red == 1.0f, "async reduce = %g", red);
+        boltccl_request_free(a2a);
+        boltccl_request_free(a2av);
+        boltccl_request_free(ga);
+        boltccl_request_free(sc);
+        boltccl_request_free(re);
+        free(to_all);
+        free(from_all);
+        free(ones);
+    }
     free(big);
     free(parts);
 }

@@ -84,6 +84,31 @@ typedef uint32_t boltccl_dtype_value;
 #endif // __cplusplus
 
 /**
+ * The reductions, with their stable numbers (also used on the wire): never renumbered.
+ */
+enum boltccl_reduce_op_value
+#ifdef __cplusplus
+  : uint32_t
+#endif // __cplusplus
+ {
+  /**
+   * Elementwise sum (integers wrap around).
+   */
+  BOLTCCL_SUM = 0,
+  /**
+   * Elementwise maximum.
+   */
+  BOLTCCL_MAX = 1,
+  /**
+   * Elementwise minimum.
+   */
+  BOLTCCL_MIN = 2,
+};
+#ifndef __cplusplus
+typedef uint32_t boltccl_reduce_op_value;
+#endif // __cplusplus
+
+/**
  * The outcome of every fallible boltccl call. `BOLTCCL_RESULT_OK` (0) is success; every
  * other value is an error. The numbers are stable: a value is never renumbered or reused
  * (retired values stay listed as reserved). Errors from the library are in the 9100 range,
@@ -236,6 +261,13 @@ typedef struct {
  */
 typedef uint32_t boltccl_dtype;
 
+/**
+ * A reduction. Pass one of `BOLTCCL_SUM`, `BOLTCCL_MAX`, `BOLTCCL_MIN`
+ * (`boltccl_reduce_op_value`); any other number is rejected with
+ * `BOLTCCL_RESULT_INVALID_PARAMETER`.
+ */
+typedef uint32_t boltccl_reduce_op;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -352,6 +384,60 @@ boltccl_result boltccl_reduce_scatter(const boltccl_group *g, const void *in, vo
  * `g` must be a live group handle; `buf` must point to `count` writable elements of `dtype`.
  */
 boltccl_result boltccl_broadcast(const boltccl_group *g, void *buf, size_t count, boltccl_dtype dtype, int root);
+
+/**
+ * All-to-all: `in` holds `size` parts of `count` elements, part q for rank q; `out` (`size`
+ * parts of `count`) gets part `rank` of every rank's `in`, in rank order. The buffers must
+ * not overlap.
+ *
+ * # Safety
+ * `g` must be a live group handle; `in` must point to `size * count` readable and `out` to
+ * `size * count` writable elements of `dtype`.
+ */
+boltccl_result boltccl_all_to_all(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype);
+
+/**
+ * All-to-all with a count per rank: `in` holds `send_counts[q]` elements for each rank q in
+ * turn, `out` gets `recv_counts[q]` from each. What rank q sends this rank must be what this
+ * rank expects from q (else both fail, naming both counts). The buffers must not overlap.
+ *
+ * # Safety
+ * `g` must be a live group handle; `send_counts` and `recv_counts` must point to `size`
+ * counts; `in` to as many readable elements of `dtype` as `send_counts` adds up to, `out` to
+ * as many writable ones as `recv_counts` does.
+ */
+boltccl_result boltccl_all_to_all_v(const boltccl_group *g, const void *in, const size_t *send_counts, void *out, const size_t *recv_counts, boltccl_dtype dtype);
+
+/**
+ * Gather: the root's `out` (`size * count` elements) gets every rank's `in` (`count`), in
+ * rank order; on other ranks `out` is not used (NULL is fine).
+ *
+ * # Safety
+ * `g` must be a live group handle; `in` must point to `count` readable elements of `dtype`,
+ * and on the root `out` to `size * count` writable ones, not overlapping `in`.
+ */
+boltccl_result boltccl_gather(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, int root);
+
+/**
+ * Scatter: rank q's `out` (`count` elements) gets block q of the root's `in` (`size * count`);
+ * on other ranks `in` is not used (NULL is fine).
+ *
+ * # Safety
+ * `g` must be a live group handle; `out` must point to `count` writable elements of `dtype`,
+ * and on the root `in` to `size * count` readable ones, not overlapping `out`.
+ */
+boltccl_result boltccl_scatter(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, int root);
+
+/**
+ * Reduce: the root's `out` (`count` elements) gets every rank's `in` reduced with `op`, with
+ * the bits the matching all-reduce gives; other ranks' `out` is not changed. `in == out` is
+ * in place; otherwise the buffers must not overlap.
+ *
+ * # Safety
+ * `g` must be a live group handle; `in` must point to `count` readable and `out` to `count`
+ * writable elements of `dtype`.
+ */
+boltccl_result boltccl_reduce(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, boltccl_reduce_op op, int root);
 
 /**
  * Send `bytes` bytes to rank `peer`, which must call `boltccl_recv` with the same length.
@@ -474,6 +560,51 @@ boltccl_result boltccl_reduce_scatter_async(const boltccl_group *g, const void *
  * As for `boltccl_broadcast`, with `buf` kept until the request completes; `req` writable.
  */
 boltccl_result boltccl_broadcast_async(const boltccl_group *g, void *buf, size_t count, boltccl_dtype dtype, int root, boltccl_request **req);
+
+/**
+ * Start `boltccl_all_to_all` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_all_to_all`, with the buffers (and counts) kept until the request completes;
+ * `req` writable.
+ */
+boltccl_result boltccl_all_to_all_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, boltccl_request **req);
+
+/**
+ * Start `boltccl_all_to_all_v` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_all_to_all_v`, with the buffers (and counts) kept until the request completes;
+ * `req` writable.
+ */
+boltccl_result boltccl_all_to_all_v_async(const boltccl_group *g, const void *in, const size_t *send_counts, void *out, const size_t *recv_counts, boltccl_dtype dtype, boltccl_request **req);
+
+/**
+ * Start `boltccl_gather` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_gather`, with the buffers (and counts) kept until the request completes;
+ * `req` writable.
+ */
+boltccl_result boltccl_gather_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, int root, boltccl_request **req);
+
+/**
+ * Start `boltccl_scatter` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_scatter`, with the buffers (and counts) kept until the request completes;
+ * `req` writable.
+ */
+boltccl_result boltccl_scatter_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, int root, boltccl_request **req);
+
+/**
+ * Start `boltccl_reduce` without waiting.
+ *
+ * # Safety
+ * As for `boltccl_reduce`, with the buffers (and counts) kept until the request completes;
+ * `req` writable.
+ */
+boltccl_result boltccl_reduce_async(const boltccl_group *g, const void *in, void *out, size_t count, boltccl_dtype dtype, boltccl_reduce_op op, int root, boltccl_request **req);
 
 /**
  * Start `boltccl_send` without waiting.

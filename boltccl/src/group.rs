@@ -4,7 +4,8 @@
 //! started without waiting are queued and run by the group's progress thread
 //! ([`crate::request`]).
 
-use crate::algo::select::{self, select, AllReducePlan, BroadcastPlan, GatherPlan};
+use crate::algo::select::{self, select, AllReducePlan, AllToAllPlan, BroadcastPlan, GatherPlan};
+use crate::algo::{all_to_all, rooted};
 use crate::algo::{direct, doubling, hosts, one_step, p2p, ring, ring_ops, Comm, Scratch};
 use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
@@ -541,6 +542,44 @@ impl Group {
             state: Mutex::new(State::new(size)),
         })))
     }
+
+    /// `input` holds `size()` equal parts: part q goes to rank q, and `output` (as long as
+    /// `input`) gets part `rank()` of every rank's input, in rank order.
+    pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+        self.bytes().all_to_all(T::DTYPE, bytes(input), bytes_mut(output))
+    }
+
+    /// All-to-all with a count per peer: `input` holds `send_counts[q]` elements for each rank
+    /// q in turn, and `output` gets `recv_counts[q]` elements from each. What rank q sends
+    /// this rank must be what this rank expects from q (else every rank of the pair fails,
+    /// naming both counts); zero-length parts are allowed.
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        input: &[T],
+        send_counts: &[usize],
+        output: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        self.bytes().all_to_all_v(T::DTYPE, bytes(input), send_counts, bytes_mut(output), recv_counts)
+    }
+
+    /// The root's `output` (`size()` times as long as `input`) gets every rank's `input`, in
+    /// rank order; on the other ranks `output` is not used (pass an empty slice).
+    pub fn gather<T: Element>(&self, input: &[T], output: &mut [T], root: usize) -> Result<()> {
+        self.bytes().gather(T::DTYPE, bytes(input), bytes_mut(output), root)
+    }
+
+    /// Rank q's `output` gets block q of the root's `input` (`size()` blocks as long as
+    /// `output`); on the other ranks `input` is not used (pass an empty slice).
+    pub fn scatter<T: Element>(&self, input: &[T], output: &mut [T], root: usize) -> Result<()> {
+        self.bytes().scatter(T::DTYPE, bytes(input), bytes_mut(output), root)
+    }
+
+    /// The root's `buf` gets every rank's `buf` reduced with `op`: the same bits
+    /// [`Group::all_reduce`] would give. Other ranks' `buf` is not changed.
+    pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+        self.bytes().reduce(op, T::DTYPE, None, bytes_mut(buf), root)
+    }
 }
 
 impl Drop for Group {
@@ -691,6 +730,69 @@ pub enum Op<'a> {
     },
     /// Wait for every rank.
     Barrier,
+    /// `input` holds `size` equal parts; part q goes to rank q, and `output` gets part `rank`
+    /// of every rank's input, in rank order.
+    AllToAll {
+        /// Element type.
+        dtype: DType,
+        /// `size` parts, one per rank.
+        input: &'a [u8],
+        /// `size` parts, one from each rank.
+        output: &'a mut [u8],
+    },
+    /// Like `AllToAll` with a count per peer: `input` holds `send_counts[q]` elements for each
+    /// rank q in turn, `output` gets `recv_counts[q]` from each. What rank q sends this rank
+    /// must be what this rank expects from q.
+    AllToAllV {
+        /// Element type.
+        dtype: DType,
+        /// The parts for ranks 0, 1, ..., back to back.
+        input: &'a [u8],
+        /// Elements for each rank.
+        send_counts: &'a [usize],
+        /// The parts from ranks 0, 1, ..., back to back.
+        output: &'a mut [u8],
+        /// Elements from each rank.
+        recv_counts: &'a [usize],
+    },
+    /// The root's `output` gets every rank's `input`, in rank order; other ranks' `output` is
+    /// not used (it may be empty).
+    Gather {
+        /// Element type.
+        dtype: DType,
+        /// This rank's block.
+        input: &'a [u8],
+        /// On the root, `size` blocks.
+        output: &'a mut [u8],
+        /// The receiving rank.
+        root: usize,
+    },
+    /// Rank q's `output` gets block q of the root's `input`; other ranks' `input` is not used
+    /// (it may be empty).
+    Scatter {
+        /// Element type.
+        dtype: DType,
+        /// On the root, `size` blocks.
+        input: &'a [u8],
+        /// This rank's block.
+        output: &'a mut [u8],
+        /// The sending rank.
+        root: usize,
+    },
+    /// The root's `output` gets every rank's input reduced with `op`, with the bits the same
+    /// all-reduce gives; other ranks' `output` is not changed.
+    Reduce {
+        /// The reduction.
+        op: ReduceOp,
+        /// Element type.
+        dtype: DType,
+        /// Input, or `None` when `output` holds it.
+        input: Option<&'a [u8]>,
+        /// The root's result (and the input when `input` is `None`).
+        output: &'a mut [u8],
+        /// The receiving rank.
+        root: usize,
+    },
 }
 
 fn whole(what: &str, len: usize, dtype: DType) -> Result<()> {
@@ -752,6 +854,9 @@ impl Op<'_> {
                 g.check_peer(*peer)
             }
             Op::Barrier => Ok(()),
+            Op::AllToAll { .. } | Op::AllToAllV { .. } | Op::Gather { .. } | Op::Scatter { .. } | Op::Reduce { .. } => {
+                self.check_rooted_and_all_to_all(g)
+            }
         }
     }
 
@@ -818,6 +923,11 @@ impl Op<'_> {
             Op::Barrier => g.run(Call::new(Collective::Barrier, DType::U8, ReduceOp::Sum, 0), turn, |comm, _| {
                 one_step::barrier(comm)
             }),
+            op @ (Op::AllToAll { .. }
+            | Op::AllToAllV { .. }
+            | Op::Gather { .. }
+            | Op::Scatter { .. }
+            | Op::Reduce { .. }) => op.run_rooted_and_all_to_all(g, turn),
         }
     }
 }
@@ -859,5 +969,206 @@ impl Bytes<'_> {
     /// Receive into `buf` from `peer`, which must send with the same type and length.
     pub fn recv(&self, dtype: DType, buf: &mut [u8], peer: usize) -> Result<()> {
         self.g.call(Op::Recv { dtype, buf, peer })
+    }
+    /// `input` holds `size()` equal parts; part q goes to rank q, and `output` (as long as
+    /// `input`) gets part `rank()` of every rank's input, in rank order.
+    pub fn all_to_all(&self, dtype: DType, input: &[u8], output: &mut [u8]) -> Result<()> {
+        self.g.call(Op::AllToAll { dtype, input, output })
+    }
+
+    /// All-to-all with a count per peer (in elements): `input` holds `send_counts[q]` elements
+    /// for each rank q in turn, `output` gets `recv_counts[q]` from each.
+    pub fn all_to_all_v(
+        &self,
+        dtype: DType,
+        input: &[u8],
+        send_counts: &[usize],
+        output: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        self.g.call(Op::AllToAllV { dtype, input, send_counts, output, recv_counts })
+    }
+
+    /// The root's `output` gets every rank's `input`, in rank order (ignored elsewhere).
+    pub fn gather(&self, dtype: DType, input: &[u8], output: &mut [u8], root: usize) -> Result<()> {
+        self.g.call(Op::Gather { dtype, input, output, root })
+    }
+
+    /// Rank q's `output` gets block q of the root's `input` (ignored elsewhere).
+    pub fn scatter(&self, dtype: DType, input: &[u8], output: &mut [u8], root: usize) -> Result<()> {
+        self.g.call(Op::Scatter { dtype, input, output, root })
+    }
+
+    /// The root's `output` gets every rank's input (`input`, or `output` when `None`) reduced
+    /// with `op`; other ranks' `output` is not changed.
+    pub fn reduce(
+        &self,
+        op: ReduceOp,
+        dtype: DType,
+        input: Option<&[u8]>,
+        output: &mut [u8],
+        root: usize,
+    ) -> Result<()> {
+        self.g.call(Op::Reduce { op, dtype, input, output, root })
+    }
+}
+
+/// Byte offsets of parts of `counts` elements of `e` bytes laid back to back; `None` on
+/// overflow.
+fn layout(counts: &[usize], e: usize) -> Option<Vec<std::ops::Range<usize>>> {
+    let mut at = 0usize;
+    counts
+        .iter()
+        .map(|&n| {
+            let end = at.checked_add(n.checked_mul(e)?)?;
+            let r = at..end;
+            at = end;
+            Some(r)
+        })
+        .collect()
+}
+
+impl Op<'_> {
+    /// The argument checks of all-to-all, gather, scatter and reduce.
+    fn check_rooted_and_all_to_all(&self, g: &Core) -> Result<()> {
+        let p = g.size();
+        match self {
+            Op::AllToAll { dtype, input, output } => {
+                whole("the input", input.len(), *dtype)?;
+                if input.len() % (p * dtype.size()) != 0 {
+                    return Err(Error::invalid(format!(
+                        "all_to_all input has {} elements, not a multiple of the group's {p} ranks: \
+                         give every rank a part of the same length",
+                        input.len() / dtype.size()
+                    )));
+                }
+                blocks(p, "all_to_all output", output.len(), "part", input.len() / p, *dtype)
+            }
+            Op::AllToAllV { dtype, input, send_counts, output, recv_counts } => {
+                for (what, counts, buf, len) in
+                    [("send", send_counts, "input", input.len()), ("receive", recv_counts, "output", output.len())]
+                {
+                    if counts.len() != p {
+                        return Err(Error::invalid(format!(
+                            "all_to_all_v has {} {what} counts but the group has {p} ranks: give one per rank",
+                            counts.len()
+                        )));
+                    }
+                    let total =
+                        layout(counts, dtype.size()).and_then(|r| r.last().map(|r| r.end)).unwrap_or(usize::MAX);
+                    if total != len {
+                        whole(&format!("the {buf}"), len, *dtype)?;
+                        return Err(Error::invalid(format!(
+                            "all_to_all_v {buf} has {} elements but the {what} counts add up to {}: \
+                             make them agree",
+                            len / dtype.size(),
+                            counts.iter().fold(0usize, |a, &n| a.saturating_add(n))
+                        )));
+                    }
+                }
+                let me = g.me;
+                if send_counts[me] != recv_counts[me] {
+                    return Err(Error::invalid(format!(
+                        "all_to_all_v: rank {me} sends itself {} elements but expects {} from itself: \
+                         its send and receive counts at index {me} must be equal",
+                        send_counts[me], recv_counts[me]
+                    )));
+                }
+                Ok(())
+            }
+            Op::Gather { dtype, input, output, root } => {
+                whole("the input", input.len(), *dtype)?;
+                g.check_rank("root", *root)?;
+                if g.me == *root {
+                    blocks(p, "gather output", output.len(), "input", input.len(), *dtype)?;
+                }
+                Ok(())
+            }
+            Op::Scatter { dtype, input, output, root } => {
+                whole("the output", output.len(), *dtype)?;
+                g.check_rank("root", *root)?;
+                if g.me == *root {
+                    blocks(p, "scatter input", input.len(), "output", output.len(), *dtype)?;
+                }
+                Ok(())
+            }
+            Op::Reduce { dtype, input, output, root, .. } => {
+                whole("the buffer", output.len(), *dtype)?;
+                if let Some(i) = input {
+                    if i.len() != output.len() {
+                        return Err(Error::invalid(format!(
+                            "reduce input has {} elements but output has {}: they must be the same length",
+                            i.len() / dtype.size(),
+                            output.len() / dtype.size()
+                        )));
+                    }
+                }
+                g.check_rank("root", *root)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Run a (checked) all-to-all, gather, scatter or reduce.
+    fn run_rooted_and_all_to_all(self, g: &Core, turn: Turn) -> Result<()> {
+        let p = g.size();
+        match self {
+            Op::AllToAll { dtype, input, output } => {
+                let plan = select::all_to_all(&g.shared.cfg);
+                let m = input.len() / p;
+                let parts: Vec<std::ops::Range<usize>> = (0..p).map(|q| q * m..(q + 1) * m).collect();
+                let call = Call::new(Collective::AllToAll, dtype, ReduceOp::Sum, input.len());
+                g.run(call, turn, |comm, _| {
+                    let pairwise = plan == AllToAllPlan::Pairwise;
+                    all_to_all::all_to_all(comm, input, &parts, output, &parts, None, pairwise)
+                })
+            }
+            Op::AllToAllV { dtype, input, send_counts, output, recv_counts } => {
+                let plan = select::all_to_all(&g.shared.cfg);
+                let e = dtype.size();
+                let send = layout(send_counts, e).ok_or_else(|| Error::Internal("checked counts overflow".into()))?;
+                let recv = layout(recv_counts, e).ok_or_else(|| Error::Internal("checked counts overflow".into()))?;
+                let call = Call::new(Collective::AllToAllV, dtype, ReduceOp::Sum, input.len());
+                g.run(call, turn, |comm, _| {
+                    let counts = all_to_all::Counts { send: send_counts, recv: recv_counts };
+                    let pairwise = plan == AllToAllPlan::Pairwise;
+                    all_to_all::all_to_all(comm, input, &send, output, &recv, Some(counts), pairwise)
+                })
+            }
+            Op::Gather { dtype, input, output, root } => {
+                let call = Call { root, ..Call::new(Collective::Gather, dtype, ReduceOp::Sum, input.len()) };
+                g.run(call, turn, |comm, _| match comm.size() {
+                    1 => {
+                        output.copy_from_slice(input);
+                        Ok(())
+                    }
+                    _ => rooted::gather(comm, input, output, root),
+                })
+            }
+            Op::Scatter { dtype, input, output, root } => {
+                let call = Call { root, ..Call::new(Collective::Scatter, dtype, ReduceOp::Sum, output.len()) };
+                g.run(call, turn, |comm, _| match comm.size() {
+                    1 => {
+                        output.copy_from_slice(input);
+                        Ok(())
+                    }
+                    _ => rooted::scatter(comm, input, output, root),
+                })
+            }
+            Op::Reduce { op, dtype, input, output, root } => {
+                let plan = select::reduce(output.len(), &g.cabling, g.me, &g.shared.cfg);
+                let call = Call { root, ..Call::new(Collective::Reduce, dtype, op, output.len()) };
+                g.run(call, turn, |comm, scratch| {
+                    if comm.size() == 1 {
+                        if let Some(i) = input {
+                            output.copy_from_slice(i);
+                        }
+                        return Ok(());
+                    }
+                    rooted::reduce(comm, scratch, &plan, op, dtype, input, output, root)
+                })
+            }
+            _ => Err(Error::Internal("not an all-to-all or rooted call".into())),
+        }
     }
 }

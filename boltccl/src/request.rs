@@ -379,4 +379,61 @@ impl<'scope> Scope<'scope, '_> {
     pub fn barrier(&'scope self) -> Result<Request<'scope>> {
         self.start(Op::Barrier)
     }
+    /// Start an all-to-all: part q of `input` goes to rank q; `output` gets one part from
+    /// every rank (see [`crate::Group::all_to_all`]).
+    pub fn all_to_all<T: Element>(
+        &'scope self,
+        input: &'scope [T],
+        output: &'scope mut [T],
+    ) -> Result<Request<'scope>> {
+        let (input, output) = (bytemuck::cast_slice(input), bytemuck::cast_slice_mut(output));
+        self.start(Op::AllToAll { dtype: T::DTYPE, input, output })
+    }
+
+    /// Start an all-to-all with a count per peer (see [`crate::Group::all_to_all_v`]).
+    pub fn all_to_all_v<T: Element>(
+        &'scope self,
+        input: &'scope [T],
+        send_counts: &'scope [usize],
+        output: &'scope mut [T],
+        recv_counts: &'scope [usize],
+    ) -> Result<Request<'scope>> {
+        let (input, output) = (bytemuck::cast_slice(input), bytemuck::cast_slice_mut(output));
+        self.start(Op::AllToAllV { dtype: T::DTYPE, input, send_counts, output, recv_counts })
+    }
+
+    /// Start gathering every rank's `input` into the root's `output` (see
+    /// [`crate::Group::gather`]).
+    pub fn gather<T: Element>(
+        &'scope self,
+        input: &'scope [T],
+        output: &'scope mut [T],
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let (input, output) = (bytemuck::cast_slice(input), bytemuck::cast_slice_mut(output));
+        self.start(Op::Gather { dtype: T::DTYPE, input, output, root })
+    }
+
+    /// Start scattering the root's `input` in blocks to every rank's `output` (see
+    /// [`crate::Group::scatter`]).
+    pub fn scatter<T: Element>(
+        &'scope self,
+        input: &'scope [T],
+        output: &'scope mut [T],
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        let (input, output) = (bytemuck::cast_slice(input), bytemuck::cast_slice_mut(output));
+        self.start(Op::Scatter { dtype: T::DTYPE, input, output, root })
+    }
+
+    /// Start reducing every rank's `buf` with `op` into the root's (see
+    /// [`crate::Group::reduce`]).
+    pub fn reduce<T: Element>(
+        &'scope self,
+        buf: &'scope mut [T],
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Request<'scope>> {
+        self.start(Op::Reduce { op, dtype: T::DTYPE, input: None, output: bytemuck::cast_slice_mut(buf), root })
+    }
 }

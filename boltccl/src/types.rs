@@ -144,8 +144,22 @@ impl ReduceOp {
 /// API (`boltccl_NAME` and `boltccl_NAME_async`) and Python (`Group.NAME`). `tests/surfaces.rs`
 /// checks each surface against this list, so adding a collective starts here.
 #[doc(hidden)]
-pub const CALLS: &[&str] =
-    &["all_sum", "all_max", "all_min", "all_gather", "reduce_scatter", "broadcast", "send", "recv", "barrier"];
+pub const CALLS: &[&str] = &[
+    "all_sum",
+    "all_max",
+    "all_min",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "send",
+    "recv",
+    "barrier",
+    "all_to_all",
+    "all_to_all_v",
+    "gather",
+    "scatter",
+    "reduce",
+];
 
 /// The further typed forms `Group` and `Scope` offer (an explicit reduction, a separate
 /// output), checked like [`CALLS`].
@@ -154,7 +168,19 @@ pub const TYPED_CALLS: &[&str] = &["all_reduce", "all_reduce_into", "all_sum_int
 
 /// The byte-level calls of `Bytes`: one per [`crate::Op`] with buffers.
 #[doc(hidden)]
-pub const BYTE_CALLS: &[&str] = &["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send", "recv"];
+pub const BYTE_CALLS: &[&str] = &[
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "send",
+    "recv",
+    "all_to_all",
+    "all_to_all_v",
+    "gather",
+    "scatter",
+    "reduce",
+];
 
 /// A call on a group. Numbers are part of the wire format (every message names its call):
 /// never renumber.
@@ -173,17 +199,32 @@ pub enum Collective {
     Barrier = 5,
     /// send / recv
     SendRecv = 6,
+    /// all_to_all: equal parts
+    AllToAll = 7,
+    /// all_to_all_v: a count per peer and direction
+    AllToAllV = 8,
+    /// gather to a root
+    Gather = 9,
+    /// scatter from a root
+    Scatter = 10,
+    /// reduce to a root
+    Reduce = 11,
 }
 
 impl Collective {
     /// Every collective, in wire order.
-    pub const ALL: [Collective; 6] = [
+    pub const ALL: [Collective; 11] = [
         Collective::AllReduce,
         Collective::AllGather,
         Collective::ReduceScatter,
         Collective::Broadcast,
         Collective::Barrier,
         Collective::SendRecv,
+        Collective::AllToAll,
+        Collective::AllToAllV,
+        Collective::Gather,
+        Collective::Scatter,
+        Collective::Reduce,
     ];
 
     /// Decode the wire number.
@@ -197,6 +238,7 @@ impl Collective {
         match (self, op) {
             (Collective::AllReduce, Some(r)) => format!("all_{}", r.name()),
             (Collective::ReduceScatter, Some(r)) => format!("reduce_scatter({})", r.name()),
+            (Collective::Reduce, Some(r)) => format!("reduce({})", r.name()),
             (c, _) => c.name().to_string(),
         }
     }
@@ -210,6 +252,11 @@ impl Collective {
             Collective::Broadcast => "broadcast",
             Collective::Barrier => "barrier",
             Collective::SendRecv => "send/recv",
+            Collective::AllToAll => "all_to_all",
+            Collective::AllToAllV => "all_to_all_v",
+            Collective::Gather => "gather",
+            Collective::Scatter => "scatter",
+            Collective::Reduce => "reduce",
         }
     }
 }

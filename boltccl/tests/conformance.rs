@@ -10,7 +10,7 @@ mod common;
 use boltccl::{Algo, Config, Group};
 use common::harness::{is_worker, results, Ranks};
 use common::threads::on_threads;
-use common::workload::suite;
+use common::workload::{all_to_all_and_rooted_suite, suite};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -203,5 +203,49 @@ fn ring_collectives_across_segments() {
             g.broadcast(&mut b, root).unwrap();
             assert!(b.iter().enumerate().all(|(i, v)| *v == (i % 1000) as f32), "broadcast p={p} rank {r}");
         });
+    }
+}
+
+/// The rank-process side of `all_to_all_and_rooted_over_tcp_and_shm`.
+#[test]
+fn all_to_all_worker() {
+    if !is_worker() {
+        return;
+    }
+    boltccl::log_to_stderr();
+    let g = boltccl::init().expect("init");
+    println!("DIGEST {:x}", all_to_all_and_rooted_suite(&g));
+}
+
+/// all_to_all, all_to_all_v, gather, scatter and reduce alone, quicker than the whole suite
+/// (which runs them too): ranks as processes over TCP and over shared memory, 1 to 8 ranks,
+/// both all-to-all schedules (direct under `auto`, pairwise under `ring`) and every reduce
+/// form; the same bits as in process.
+#[test]
+fn all_to_all_and_rooted_over_tcp_and_shm() {
+    for backend in ["tcp", "shm"] {
+        for n in [1, 2, 3, 4, 5, 8] {
+            for algo in [Algo::Auto, Algo::Ring, Algo::Mesh, Algo::Direct] {
+                let env = [
+                    ("BOLTCCL_BACKEND", backend.to_string()),
+                    ("BOLTCCL_ALGO", algo.name().to_string()),
+                    ("BOLTCCL_CHUNK_BYTES", CHUNK.to_string()),
+                    ("BOLTCCL_MESH_MAX_BYTES", "256".to_string()),
+                    ("BOLTCCL_SHM_RING_BYTES", "4096".to_string()),
+                    ("BOLTCCL_TIMEOUT_MS", "20000".to_string()),
+                ];
+                let d = results(&Ranks::spawn(n, "all_to_all_worker", &env).wait(Duration::from_secs(120)), "DIGEST ");
+                assert!(d.iter().all(|x| x == &d[0]), "{backend} world {n} {algo:?}: ranks differ: {d:?}");
+                let cfg = Config {
+                    algo,
+                    chunk_bytes: Some(CHUNK),
+                    mesh_max_bytes: 256,
+                    timeout: Duration::from_secs(20),
+                    ..Config::default()
+                };
+                let mem = on_threads(Group::local_world_with(n, &cfg), |_, g| all_to_all_and_rooted_suite(g));
+                assert_eq!(format!("{:x}", mem[0]), d[0], "{backend} world {n} {algo:?}: differs from in process");
+            }
+        }
     }
 }

@@ -10,7 +10,9 @@
 //!   neighbour, and must still name the stopped rank), for rank 0 and for another rank.
 //!
 //! The test sends the signals itself, once every rank has finished a first all_sum and is in
-//! the loop of the next ones (each 16 MiB: the signal lands mid-call).
+//! the loop of the next ones (each 16 MiB: the signal lands mid-call). The same for
+//! all_to_all, all_to_all_v, gather and reduce (`DR_CALL`): a kill on every transport, a stop
+//! over TCP and shared memory.
 
 mod common;
 
@@ -37,10 +39,22 @@ fn dead_ranks_worker() {
     boltccl::log_to_stderr();
     let g = boltccl::init().unwrap_or_else(|e| panic!("init: {e}"));
     let mut buf = vec![1.0f32; 4 << 20];
-    g.all_sum(&mut buf).unwrap();
-    std::fs::write(Path::new(&env("READY_DIR")).join(g.rank().to_string()), "").unwrap();
+    let (p, me) = (g.size(), g.rank());
+    let mut out = vec![0.0f32; 4 << 20];
+    let counts: Vec<usize> = (0..p).map(|_| (4 << 20) / p).collect();
+    let n = counts.iter().sum::<usize>();
+    let mut call = || match env("DR_CALL").as_str() {
+        "" | "all_sum" => g.all_sum(&mut buf),
+        "all_to_all" => g.all_to_all(&buf[..n], &mut out[..n]),
+        "all_to_all_v" => g.all_to_all_v(&buf[..n], &counts, &mut out[..n], &counts),
+        "gather" => g.gather(&buf[..n / p], if me == 0 { &mut out[..n] } else { &mut [] }, 0),
+        "reduce" => g.reduce(&mut buf, boltccl::ReduceOp::Sum, 0),
+        other => panic!("no call {other}"),
+    };
+    call().unwrap();
+    std::fs::write(Path::new(&env("READY_DIR")).join(me.to_string()), "").unwrap();
     for _ in 0..1_000_000 {
-        if let Err(e) = g.all_sum(&mut buf) {
+        if let Err(e) = call() {
             println!("ERR_AT {}", now_ms());
             println!("ERR {e}");
             let t = Instant::now();
@@ -62,10 +76,12 @@ enum Backend {
 /// Start `n` ranks, wait until each finished its first all_sum, signal `victims` with `sig`,
 /// and return (the time of the signal, every rank's output). `cont`: SIGCONT the victims this
 /// long after the signal.
+#[allow(clippy::too_many_arguments)]
 fn signal_mid_collective(
     n: usize,
     backend: Backend,
     algo: &str,
+    call: &str,
     victims: &[usize],
     sig: rustix::process::Signal,
     timeout_ms: u64,
@@ -75,7 +91,8 @@ fn signal_mid_collective(
     let mut job = Job::new(n, "dead_ranks_worker")
         .env("READY_DIR", dir.path().display().to_string())
         .env("BOLTCCL_TIMEOUT_MS", timeout_ms.to_string())
-        .env("BOLTCCL_ALGO", algo);
+        .env("BOLTCCL_ALGO", algo)
+        .env("DR_CALL", call);
     job = match backend {
         Backend::Tcp => job.env("BOLTCCL_BACKEND", "tcp"),
         Backend::Shm => job.env("BOLTCCL_BACKEND", "shm"),
@@ -141,10 +158,15 @@ fn failure_of(o: &RankOutput, at: u128, label: &str) -> (u128, String, u128) {
 // to two and a half times it).
 
 fn killed(n: usize, backend: Backend, victims: &[usize]) {
+    killed_in(n, backend, "all_sum", victims)
+}
+
+fn killed_in(n: usize, backend: Backend, call: &str, victims: &[usize]) {
     let _one = one_job_at_a_time();
-    let label = format!("{n} ranks over {backend:?}, kill -9 of {victims:?}");
+    let label = format!("{n} ranks over {backend:?} in {call}, kill -9 of {victims:?}");
     let timeout = 30_000u64;
-    let (at, outs) = signal_mid_collective(n, backend, "auto", victims, rustix::process::Signal::Kill, timeout, None);
+    let (at, outs) =
+        signal_mid_collective(n, backend, "auto", call, victims, rustix::process::Signal::Kill, timeout, None);
     let t = timeout as u128;
     for o in outs.iter().filter(|o| !victims.contains(&o.rank)) {
         let (after, err, again_ms) = failure_of(o, at, &label);
@@ -160,12 +182,16 @@ fn killed(n: usize, backend: Backend, victims: &[usize]) {
 }
 
 fn stopped(n: usize, backend: Backend, algo: &str, victim: usize) {
+    stopped_in(n, backend, algo, "all_sum", victim)
+}
+
+fn stopped_in(n: usize, backend: Backend, algo: &str, call: &str, victim: usize) {
     let _one = one_job_at_a_time();
     let timeout = 2_000;
-    let label = format!("{n} ranks over {backend:?}, algorithm {algo}, SIGSTOP of rank {victim}");
+    let label = format!("{n} ranks over {backend:?} in {call}, algorithm {algo}, SIGSTOP of rank {victim}");
     let cont = Duration::from_millis(timeout + 2_000);
-    let (at, outs) =
-        signal_mid_collective(n, backend, algo, &[victim], rustix::process::Signal::Stop, timeout, Some(cont));
+    let stop = rustix::process::Signal::Stop;
+    let (at, outs) = signal_mid_collective(n, backend, algo, call, &[victim], stop, timeout, Some(cont));
     for o in &outs {
         let (after, err, _) = failure_of(o, at, &label);
         eprintln!("{label}: rank {} failed {after} ms after the stop: {err}", o.rank);
@@ -268,4 +294,33 @@ fn stopped_coordinator_fails_the_others_at_the_deadline_over_verbs() {
     for n in 2..=4 {
         stopped(n, Backend::Verbs, "auto", 0);
     }
+}
+
+/// A rank killed or stopped in all_to_all, all_to_all_v, gather or reduce: the others fail as
+/// in all_sum, naming it.
+fn new_collectives(backend: Backend) {
+    killed_in(3, backend, "all_to_all", &[1]);
+    killed_in(4, backend, "all_to_all_v", &[0]);
+    killed_in(3, backend, "gather", &[2]);
+    killed_in(3, backend, "reduce", &[0]);
+    if backend != Backend::Verbs {
+        stopped_in(3, backend, "auto", "all_to_all", 2);
+        stopped_in(3, backend, "ring", "all_to_all_v", 0);
+        stopped_in(3, backend, "auto", "gather", 0);
+    }
+}
+
+#[test]
+fn dead_rank_in_all_to_all_gather_reduce_over_tcp() {
+    new_collectives(Backend::Tcp);
+}
+
+#[test]
+fn dead_rank_in_all_to_all_gather_reduce_over_shared_memory() {
+    new_collectives(Backend::Shm);
+}
+
+#[test]
+fn dead_rank_in_all_to_all_gather_reduce_over_verbs() {
+    new_collectives(Backend::Verbs);
 }

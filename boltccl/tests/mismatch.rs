@@ -31,13 +31,32 @@ enum Case {
     Op(ReduceOp, ReduceOp),
     Count(usize, usize),
     Root(usize, usize),
+    /// Different roots of another rooted call (gather, scatter, reduce).
+    RootOf(&'static str, usize, usize),
+    /// all_to_all_v where the odd rank disagrees about the split: every rank sends and
+    /// expects the first count from every rank, the odd rank sends the second to everyone.
+    Split(usize, usize),
     /// "sub" (a sub-group of everyone), "parent", "sub2" (the same, from a second split).
     Group(&'static str, &'static str),
     /// A setting every rank must agree on, and the two values.
     Setting(&'static str, &'static str, &'static str),
 }
 
-const CALLS: [&str; 8] = ["all_sum", "all_gather", "reduce_scatter", "broadcast", "barrier", "split", "send", "recv"];
+const CALLS: [&str; 13] = [
+    "all_sum",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "barrier",
+    "split",
+    "send",
+    "recv",
+    "all_to_all",
+    "all_to_all_v",
+    "gather",
+    "scatter",
+    "reduce",
+];
 
 fn cases(n: usize) -> Vec<Case> {
     let mut v = Vec::new();
@@ -64,6 +83,10 @@ fn cases(n: usize) -> Vec<Case> {
     // algorithm (above BOLTCCL_MESH_MAX_BYTES).
     v.extend([Case::Count(COUNT, COUNT - 1), Case::Count(0, 1), Case::Count(COUNT, 100_000)]);
     v.extend([Case::Root(0, 1), Case::Root(n - 1, 0)]);
+    for call in ["gather", "scatter", "reduce"] {
+        v.extend([Case::RootOf(call, 0, 1), Case::RootOf(call, n - 1, 0)]);
+    }
+    v.extend([Case::Split(COUNT, COUNT - 1), Case::Split(0, 3)]);
     v.extend([Case::Group("sub", "parent"), Case::Group("sub", "sub2")]);
     v.extend([
         Case::Setting("BOLTCCL_CHUNK_BYTES", "1048576", "65536"),
@@ -114,6 +137,14 @@ fn call(
         "split" => g.split(Some(0), g.rank() as i64).map(drop),
         "send" => b.send(dtype, &vec![1u8; count * e], partner),
         "recv" => b.recv(dtype, &mut vec![0u8; count * e], partner),
+        "all_to_all" => b.all_to_all(dtype, &vec![1u8; count * e * p], &mut vec![0u8; count * e * p]),
+        "all_to_all_v" => {
+            let counts = vec![count; p];
+            b.all_to_all_v(dtype, &vec![1u8; count * e * p], &counts, &mut vec![0u8; count * e * p], &counts)
+        }
+        "gather" => b.gather(dtype, &vec![1u8; count * e], &mut vec![0u8; count * e * p], root),
+        "scatter" => b.scatter(dtype, &vec![1u8; count * e * p], &mut vec![0u8; count * e], root),
+        "reduce" => b.reduce(op, dtype, None, &mut vec![1u8; count * e], root),
         other => panic!("no call {other}"),
     }
 }
@@ -165,6 +196,28 @@ fn mismatch_worker() {
             Case::Root(a, b) => {
                 what = "broadcast";
                 root = pick(mine, a, b);
+            }
+            Case::RootOf(call, a, b) => {
+                what = call;
+                root = pick(mine, a, b);
+            }
+            Case::Split(a, b) => {
+                // The odd rank sends `b` to every rank (itself included) and expects `a` from
+                // the others.
+                let t = Instant::now();
+                let e = dtype.size();
+                let (send, recv): (Vec<usize>, Vec<usize>) = if mine {
+                    ((0..n).map(|_| b).collect(), (0..n).map(|q| if q == rank { b } else { a }).collect())
+                } else {
+                    (vec![a; n], vec![a; n])
+                };
+                let input = vec![1u8; send.iter().sum::<usize>() * e];
+                let mut output = vec![0u8; recv.iter().sum::<usize>() * e];
+                match g.bytes().all_to_all_v(dtype, &input, &send, &mut output, &recv) {
+                    Err(e) => println!("CASE {i} ERR {} {e}", t.elapsed().as_millis()),
+                    Ok(()) => println!("CASE {i} OK {} returned normally", t.elapsed().as_millis()),
+                }
+                continue;
             }
             Case::Group(a, b) => {
                 // A faster rank may finish both splits and make the mismatched call while this
@@ -228,6 +281,9 @@ fn shown(case: &Case) -> Vec<Vec<String>> {
             "all_sum" => vec!["all_sum".into()],
             "split" => vec!["all_gather of 2 int64".into()],
             "send" | "recv" => vec!["send/recv".into()],
+            // Names inside others' ("all_gather", "reduce_scatter"): as the message puts them.
+            "all_to_all" | "gather" | "scatter" => vec![format!("called {c} of")],
+            "reduce" => vec!["called reduce(sum)".into()],
             other => vec![other.into()],
         }
     };
@@ -236,10 +292,11 @@ fn shown(case: &Case) -> Vec<Vec<String>> {
         Case::DType(a, b) => vec![vec![a.name().into()], vec![b.name().into()]],
         Case::Op(a, b) => vec![vec![format!("all_{}", a.name())], vec![format!("all_{}", b.name())]],
         Case::Count(a, b) => vec![vec![format!("of {a} ")], vec![format!("of {b} ")]],
-        Case::Root(a, b) => vec![
+        Case::Root(a, b) | Case::RootOf(_, a, b) => vec![
             vec![format!("root {a} but"), format!("rank used {a}")],
             vec![format!("root {b} but"), format!("rank used {b}")],
         ],
+        Case::Split(a, b) => vec![vec![format!("expects {a} from")], vec![format!("sends {b} ")]],
         // Group ids are internal numbers: the message must say it is about another group.
         Case::Group(..) => vec![vec!["another group".into()], vec!["this call is on group".into()]],
         Case::Setting(name, a, b) => vec![vec![format!("{name}={a}")], vec![format!("{name}={b}")]],

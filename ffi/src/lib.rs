@@ -63,6 +63,24 @@ pub enum boltccl_dtype_value {
     BOLTCCL_UINT64 = 11,
 }
 
+/// A reduction. Pass one of `BOLTCCL_SUM`, `BOLTCCL_MAX`, `BOLTCCL_MIN`
+/// (`boltccl_reduce_op_value`); any other number is rejected with
+/// `BOLTCCL_RESULT_INVALID_PARAMETER`.
+pub type boltccl_reduce_op = u32;
+
+/// The reductions, with their stable numbers (also used on the wire): never renumbered.
+/// cbindgen:prefix-with-name=false
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum boltccl_reduce_op_value {
+    /// Elementwise sum (integers wrap around).
+    BOLTCCL_SUM = 0,
+    /// Elementwise maximum.
+    BOLTCCL_MAX = 1,
+    /// Elementwise minimum.
+    BOLTCCL_MIN = 2,
+}
+
 /// Settings for `boltccl_init`. Prepare it with `boltccl_config_init(&cfg)` (which sets
 /// `size` and zeroes the rest), then set the fields you need: a zero or NULL field takes the
 /// library default (not the environment). Settings that have no field here (algorithm, chunk
@@ -423,6 +441,130 @@ pub unsafe extern "C" fn boltccl_broadcast(
         let g = unsafe { group(g) };
         // SAFETY: forwarded contract.
         finish(g, unsafe { ops::broadcast(buf, count, dtype, root) })
+    }
+}
+
+/// All-to-all: `in` holds `size` parts of `count` elements, part q for rank q; `out` (`size`
+/// parts of `count`) gets part `rank` of every rank's `in`, in rank order. The buffers must
+/// not overlap.
+///
+/// # Safety
+/// `g` must be a live group handle; `in` must point to `size * count` readable and `out` to
+/// `size * count` writable elements of `dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_all_to_all(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::all_to_all(g, r#in, out, count, dtype) })
+    }
+}
+
+/// All-to-all with a count per rank: `in` holds `send_counts[q]` elements for each rank q in
+/// turn, `out` gets `recv_counts[q]` from each. What rank q sends this rank must be what this
+/// rank expects from q (else both fail, naming both counts). The buffers must not overlap.
+///
+/// # Safety
+/// `g` must be a live group handle; `send_counts` and `recv_counts` must point to `size`
+/// counts; `in` to as many readable elements of `dtype` as `send_counts` adds up to, `out` to
+/// as many writable ones as `recv_counts` does.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_all_to_all_v(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    send_counts: *const usize,
+    out: *mut c_void,
+    recv_counts: *const usize,
+    dtype: boltccl_dtype,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::all_to_all_v(g, r#in, send_counts, out, recv_counts, dtype) })
+    }
+}
+
+/// Gather: the root's `out` (`size * count` elements) gets every rank's `in` (`count`), in
+/// rank order; on other ranks `out` is not used (NULL is fine).
+///
+/// # Safety
+/// `g` must be a live group handle; `in` must point to `count` readable elements of `dtype`,
+/// and on the root `out` to `size * count` writable ones, not overlapping `in`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_gather(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+    root: c_int,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::gather(g, r#in, out, count, dtype, root) })
+    }
+}
+
+/// Scatter: rank q's `out` (`count` elements) gets block q of the root's `in` (`size * count`);
+/// on other ranks `in` is not used (NULL is fine).
+///
+/// # Safety
+/// `g` must be a live group handle; `out` must point to `count` writable elements of `dtype`,
+/// and on the root `in` to `size * count` readable ones, not overlapping `out`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_scatter(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+    root: c_int,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::scatter(g, r#in, out, count, dtype, root) })
+    }
+}
+
+/// Reduce: the root's `out` (`count` elements) gets every rank's `in` reduced with `op`, with
+/// the bits the matching all-reduce gives; other ranks' `out` is not changed. `in == out` is
+/// in place; otherwise the buffers must not overlap.
+///
+/// # Safety
+/// `g` must be a live group handle; `in` must point to `count` readable and `out` to `count`
+/// writable elements of `dtype`.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_reduce(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+    op: boltccl_reduce_op,
+    root: c_int,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        // SAFETY: live handle per the contract.
+        let g = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        finish(g, unsafe { ops::reduce(op, r#in, out, count, dtype, root) })
     }
 }
 

@@ -8,7 +8,7 @@
 
 use crate::error::{boltccl_result, fail};
 use crate::panic::{check_null, ffi_panic_boundary, try_ffi};
-use crate::{boltccl_dtype, boltccl_group, group, ops};
+use crate::{boltccl_dtype, boltccl_group, boltccl_reduce_op, group, ops};
 use boltccl::{Op, RawRequest, ReduceOp};
 use std::ffi::{c_int, c_void};
 
@@ -185,6 +185,129 @@ pub unsafe extern "C" fn boltccl_broadcast_async(
         check_null!(req);
         // SAFETY: forwarded contract.
         unsafe { start(g, ops::broadcast(buf, count, dtype, root), req) }
+    }
+}
+
+/// Start `boltccl_all_to_all` without waiting.
+///
+/// # Safety
+/// As for `boltccl_all_to_all`, with the buffers (and counts) kept until the request completes;
+/// `req` writable.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_all_to_all_async(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+    req: *mut *mut boltccl_request,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        check_null!(req);
+        // SAFETY: live handle per the contract.
+        let gr = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        unsafe { start(g, ops::all_to_all(gr, r#in, out, count, dtype), req) }
+    }
+}
+
+/// Start `boltccl_all_to_all_v` without waiting.
+///
+/// # Safety
+/// As for `boltccl_all_to_all_v`, with the buffers (and counts) kept until the request completes;
+/// `req` writable.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_all_to_all_v_async(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    send_counts: *const usize,
+    out: *mut c_void,
+    recv_counts: *const usize,
+    dtype: boltccl_dtype,
+    req: *mut *mut boltccl_request,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        check_null!(req);
+        // SAFETY: live handle per the contract.
+        let gr = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        unsafe { start(g, ops::all_to_all_v(gr, r#in, send_counts, out, recv_counts, dtype), req) }
+    }
+}
+
+/// Start `boltccl_gather` without waiting.
+///
+/// # Safety
+/// As for `boltccl_gather`, with the buffers (and counts) kept until the request completes;
+/// `req` writable.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_gather_async(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+    root: c_int,
+    req: *mut *mut boltccl_request,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        check_null!(req);
+        // SAFETY: live handle per the contract.
+        let gr = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        unsafe { start(g, ops::gather(gr, r#in, out, count, dtype, root), req) }
+    }
+}
+
+/// Start `boltccl_scatter` without waiting.
+///
+/// # Safety
+/// As for `boltccl_scatter`, with the buffers (and counts) kept until the request completes;
+/// `req` writable.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_scatter_async(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+    root: c_int,
+    req: *mut *mut boltccl_request,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        check_null!(req);
+        // SAFETY: live handle per the contract.
+        let gr = unsafe { group(g) };
+        // SAFETY: forwarded contract.
+        unsafe { start(g, ops::scatter(gr, r#in, out, count, dtype, root), req) }
+    }
+}
+
+/// Start `boltccl_reduce` without waiting.
+///
+/// # Safety
+/// As for `boltccl_reduce`, with the buffers (and counts) kept until the request completes;
+/// `req` writable.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_reduce_async(
+    g: *const boltccl_group,
+    r#in: *const c_void,
+    out: *mut c_void,
+    count: usize,
+    dtype: boltccl_dtype,
+    op: boltccl_reduce_op,
+    root: c_int,
+    req: *mut *mut boltccl_request,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        check_null!(req);
+        // SAFETY: forwarded contract.
+        unsafe { start(g, ops::reduce(op, r#in, out, count, dtype, root), req) }
     }
 }
 

@@ -1,6 +1,6 @@
 """Type stubs for the compiled module ``boltccl._native`` (re-exported by ``boltccl``)."""
 
-from typing import Sequence, Any, List, Optional, Tuple, TypeVar, Union
+from typing import Any, List, Optional, Sequence, Tuple, TypeVar, Union
 
 __version__: str
 DTYPES: List[str]
@@ -65,6 +65,46 @@ class Group:
     def broadcast(self, x: B, root: int = 0, *, dtype: DTypeLike = None, async_op: bool = False) -> B: ...
     def send(self, x: Buffer, peer: int, *, dtype: DTypeLike = None, async_op: bool = False) -> Any: ...
     def recv(self, x: B, peer: int, *, dtype: DTypeLike = None, async_op: bool = False) -> B: ...
+    def all_to_all(
+        self, x: Buffer, out: Optional[Buffer] = None, *, dtype: DTypeLike = None, async_op: bool = False
+    ) -> Buffer:
+        """``x`` holds ``size`` equal parts, part q for rank q; returns part ``rank`` of every rank's ``x``."""
+    def all_to_all_v(
+        self,
+        x: Buffer,
+        send_counts: Sequence[int],
+        out: B,
+        recv_counts: Sequence[int],
+        *,
+        dtype: DTypeLike = None,
+        async_op: bool = False,
+    ) -> B:
+        """``send_counts[q]`` elements of ``x`` to each rank q in turn; ``out`` gets ``recv_counts[q]`` from each."""
+    def gather(
+        self,
+        x: Buffer,
+        root: int = 0,
+        out: Optional[Buffer] = None,
+        *,
+        dtype: DTypeLike = None,
+        async_op: bool = False,
+    ) -> Any:
+        """On ``root``, every rank's ``x`` in rank order; None elsewhere."""
+    def scatter(
+        self, out: B, x: Optional[Buffer] = None, root: int = 0, *, dtype: DTypeLike = None, async_op: bool = False
+    ) -> B:
+        """``out`` gets block ``rank`` of ``root``'s ``x``."""
+    def reduce(
+        self,
+        x: B,
+        root: int = 0,
+        out: Optional[B] = None,
+        *,
+        dtype: DTypeLike = None,
+        op: str = "sum",
+        async_op: bool = False,
+    ) -> B:
+        """``root``'s ``x`` (or ``out``) gets every rank's ``x`` reduced with ``op``."""
     def split(self, color: Optional[int], key: int = 0) -> Optional["Group"]: ...
     def abort(self) -> None: ...
     def shrink(self, exclude: Optional[Sequence[int]] = None) -> "Group": ...

@@ -458,6 +458,186 @@ impl PyGroup {
         })
     }
 
+    /// All-to-all: `x` holds `size` equal parts, part q for rank q; returns (in a new array,
+    /// or in `out`) part `rank` of every rank's `x`, in rank order.
+    #[pyo3(signature = (x, out=None, *, dtype=None, async_op=false))]
+    fn all_to_all<'py>(
+        &self,
+        py: Python<'py>,
+        x: Bound<'py, PyAny>,
+        out: Option<Bound<'py, PyAny>>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.gather_like(py, x, out, dtype, 1, 1, async_op, |dtype, input, output| Op::AllToAll {
+            dtype,
+            input,
+            output,
+        })
+    }
+
+    /// All-to-all with a count per rank (elements): `x` holds `send_counts[q]` elements for
+    /// each rank q in turn; `out` gets `recv_counts[q]` from each, and is returned.
+    #[pyo3(signature = (x, send_counts, out, recv_counts, *, dtype=None, async_op=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn all_to_all_v<'py>(
+        &self,
+        py: Python<'py>,
+        x: Bound<'py, PyAny>,
+        send_counts: Vec<usize>,
+        out: Bound<'py, PyAny>,
+        recv_counts: Vec<usize>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let dt = parse_dtype(dtype)?;
+        let v = view(&x, false, dt, "x")?;
+        let o = view(&out, true, dt.or(Some(v.dtype)), "out")?;
+        same_type(&v, &o)?;
+        let (si, so) = (Span::of(&v), Span::of(&o));
+        if si.overlaps(so) {
+            return Err(PyValueError::new_err("x and out overlap: pass disjoint buffers"));
+        }
+        // The counts live in Python bytes objects kept alive with the call, as the buffers are.
+        let keep = |c: &[usize]| -> PyResult<(Bound<'py, pyo3::types::PyBytes>, &'static [usize])> {
+            let raw: Vec<u8> = c.iter().flat_map(|n| n.to_ne_bytes()).collect();
+            let b = pyo3::types::PyBytes::new(py, &raw);
+            let p = b.as_bytes().as_ptr();
+            if p as usize % std::mem::align_of::<usize>() != 0 {
+                return Err(PyValueError::new_err("internal: unaligned counts"));
+            }
+            // SAFETY: `b` holds `c.len()` native usizes at an aligned address; it is immutable
+            // and kept alive (in `objects`) until the call has finished with them.
+            Ok((b.clone(), unsafe { std::slice::from_raw_parts(p.cast::<usize>(), c.len()) }))
+        };
+        let (sb, send) = keep(&send_counts)?;
+        let (rb, recv) = keep(&recv_counts)?;
+        // SAFETY: both exports are alive for the call and the memory is disjoint.
+        let (input, output) = unsafe { (si.bytes(), so.bytes_mut()) };
+        let op = Op::AllToAllV { dtype: v.dtype, input, send_counts: send, output, recv_counts: recv };
+        let objects = vec![x.unbind(), out.clone().unbind(), sb.into_any().unbind(), rb.into_any().unbind()];
+        // SAFETY: the op borrows only the two views' disjoint memory and the counts kept above.
+        unsafe { self.dispatch(py, op, vec![v, o], objects, out, async_op) }
+    }
+
+    /// Gather: returns on `root` every rank's `x` in rank order (a new array, or `out`); on
+    /// the other ranks returns None (`out` is not used).
+    #[pyo3(signature = (x, root=0, out=None, *, dtype=None, async_op=false))]
+    fn gather<'py>(
+        &self,
+        py: Python<'py>,
+        x: Bound<'py, PyAny>,
+        root: i64,
+        out: Option<Bound<'py, PyAny>>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let root = peer_arg("root", root)?;
+        if self.g().rank() == root {
+            let n = self.g().size();
+            return self.gather_like(py, x, out, dtype, n, 1, async_op, |dtype, input, output| Op::Gather {
+                dtype,
+                input,
+                output,
+                root,
+            });
+        }
+        let v = view(&x, false, parse_dtype(dtype)?, "x")?;
+        let s = Span::of(&v);
+        // SAFETY: the export is alive for the call; nothing is written on this rank.
+        let op = Op::Gather { dtype: v.dtype, input: unsafe { s.bytes() }, output: &mut [], root };
+        let keep = vec![x.unbind()];
+        // SAFETY: the op borrows only `v`'s memory.
+        unsafe { self.dispatch(py, op, vec![v], keep, py.None().into_bound(py), async_op) }
+    }
+
+    /// Scatter: `out` gets block `rank` of `root`'s `x` (`size` blocks as long as `out`; `x`
+    /// is not used elsewhere and may be None). Returns `out`.
+    #[pyo3(signature = (out, x=None, root=0, *, dtype=None, async_op=false))]
+    fn scatter<'py>(
+        &self,
+        py: Python<'py>,
+        out: Bound<'py, PyAny>,
+        x: Option<Bound<'py, PyAny>>,
+        root: i64,
+        dtype: Option<&Bound<'py, PyAny>>,
+        async_op: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let root = peer_arg("root", root)?;
+        let dt = parse_dtype(dtype)?;
+        let o = view(&out, true, dt, "out")?;
+        let so = Span::of(&o);
+        match x.filter(|_| self.g().rank() == root) {
+            Some(x) => {
+                let v = view(&x, false, dt.or(Some(o.dtype)), "x")?;
+                same_type(&v, &o)?;
+                let si = Span::of(&v);
+                if si.overlaps(so) {
+                    return Err(PyValueError::new_err("x and out overlap: pass disjoint buffers"));
+                }
+                // SAFETY: both exports are alive for the call and the memory is disjoint.
+                let (input, output) = unsafe { (si.bytes(), so.bytes_mut()) };
+                let op = Op::Scatter { dtype: o.dtype, input, output, root };
+                let objects = vec![x.unbind(), out.clone().unbind()];
+                // SAFETY: the op borrows only the two views' disjoint memory.
+                unsafe { self.dispatch(py, op, vec![v, o], objects, out, async_op) }
+            }
+            None => {
+                // SAFETY: the writable export is alive for the call.
+                let op = Op::Scatter { dtype: o.dtype, input: &[], output: unsafe { so.bytes_mut() }, root };
+                let objects = vec![out.clone().unbind()];
+                // SAFETY: the op borrows only `o`'s memory.
+                unsafe { self.dispatch(py, op, vec![o], objects, out, async_op) }
+            }
+        }
+    }
+
+    /// Reduce to `root` with `op` ("sum", "max", "min"): root's `x` (or `out`) gets the result,
+    /// with the bits all_sum etc. give; other ranks' buffers are not changed. Returns `x` (or
+    /// `out`).
+    #[pyo3(name = "reduce", signature = (x, root=0, out=None, *, dtype=None, op="sum", async_op=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_to_root<'py>(
+        &self,
+        py: Python<'py>,
+        x: Bound<'py, PyAny>,
+        root: i64,
+        out: Option<Bound<'py, PyAny>>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        op: &str,
+        async_op: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let root = peer_arg("root", root)?;
+        let op = parse_op(op)?;
+        let dt = parse_dtype(dtype)?;
+        match out.filter(|o| !o.is(&x)) {
+            None => {
+                let v = view(&x, true, dt, "x")?;
+                let s = Span::of(&v);
+                // SAFETY: `v` is a writable export; the call is in place.
+                let call = Op::Reduce { op, dtype: v.dtype, input: None, output: unsafe { s.bytes_mut() }, root };
+                let keep = vec![x.clone().unbind()];
+                // SAFETY: the op borrows only `v`'s memory.
+                unsafe { self.dispatch(py, call, vec![v], keep, x, async_op) }
+            }
+            Some(out) => {
+                let o = view(&out, true, dt, "out")?;
+                let v = view(&x, false, dt, "x")?;
+                same_type(&v, &o)?;
+                let (si, so) = (Span::of(&v), Span::of(&o));
+                if si.overlaps(so) {
+                    return Err(PyValueError::new_err("x and out overlap: pass disjoint buffers"));
+                }
+                // SAFETY: both exports are alive for the call and the memory is disjoint.
+                let (input, output) = unsafe { (si.bytes(), so.bytes_mut()) };
+                let call = Op::Reduce { op, dtype: o.dtype, input: Some(input), output, root };
+                let objects = vec![x.unbind(), out.clone().unbind()];
+                // SAFETY: the op borrows only the two views' disjoint memory.
+                unsafe { self.dispatch(py, call, vec![v, o], objects, out, async_op) }
+            }
+        }
+    }
+
     /// Every rank's `x` gets `root`'s, in place. Returns `x`.
     #[pyo3(signature = (x, root=0, *, dtype=None, async_op=false))]
     fn broadcast<'py>(

@@ -5,7 +5,15 @@ import pytest
 import boltccl
 from conftest import results, run_ranks
 
-COLLS = ["all_sum/max/min", "all_gather", "reduce_scatter", "broadcast", "send/recv"]
+COLLS = [
+    "all_to_all",
+    "gather/scatter/reduce",
+    "all_sum/max/min",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "send/recv",
+]
 CASES = [f"{c} {d} {n}" for n in (1000, 70001) for d in boltccl.DTYPES for c in COLLS] + ["other buffers", "split"]
 _cache = {}
 

@@ -11,6 +11,9 @@
 //! - [`hosts`]: two-level all-reduce for groups spread over hosts with several ranks each
 //!   (shared memory inside hosts, host totals over the network);
 //! - [`p2p`]: point-to-point send and receive;
+//! - [`all_to_all`]: all-to-all (equal parts and per-peer counts), all peers at once or in
+//!   pairwise rounds;
+//! - [`rooted`]: gather, scatter and reduce to a root (reduce with the all-reduce's bits);
 //! - [`select`]: which of them a call runs.
 //!
 //! An algorithm borrows the call's [`Comm`] (ranks, header, transport) and the group's
@@ -23,6 +26,7 @@
 //! on the world size and the agreed settings, never on timing, and every rank ends with the
 //! owner's bits.
 
+pub mod all_to_all;
 pub mod direct;
 pub mod doubling;
 pub mod hosts;
@@ -31,6 +35,7 @@ pub mod p2p;
 pub mod plan;
 pub mod ring;
 pub mod ring_ops;
+pub mod rooted;
 pub mod select;
 #[cfg(test)]
 mod sim;

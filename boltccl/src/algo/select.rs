@@ -57,6 +57,51 @@ pub(crate) enum BroadcastPlan {
     Ring,
 }
 
+/// How an all-to-all (either form) runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AllToAllPlan {
+    /// Every part to every peer at once ([`super::all_to_all`]).
+    Direct,
+    /// P-1 rounds of one peer each way ([`super::all_to_all`]).
+    Pairwise,
+}
+
+/// How a reduce to a root runs: as the all-reduce of the same size would, so the root gets the
+/// bits an all-reduce gives ([`super::rooted`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ReducePlan {
+    /// Every rank sends its whole buffer to the root, which folds in rank order (where the
+    /// all-reduce is the mesh).
+    ToRoot,
+    /// Reduce-scatter in rank order, then the shards to the root (where it is direct).
+    Direct,
+    /// The all-reduce itself, its result kept by the root only (doubling, ring, two levels).
+    AllReduce(AllReducePlan),
+}
+
+/// The all-to-all of `bytes` (the whole input). Forced `ring`: the pairwise rounds (round 1
+/// is the ring's neighbours); every other value, and `auto`, all peers at once. Auto never
+/// picks the rounds: each rank's link carries the same bytes either way, and the rounds add a
+/// wait per peer (measured on shared memory and TCP: docs/benchmarks.md).
+pub(crate) fn all_to_all(cfg: &Config) -> AllToAllPlan {
+    match cfg.algo {
+        Algo::Ring => AllToAllPlan::Pairwise,
+        Algo::Auto | Algo::Mesh | Algo::Doubling | Algo::Direct | Algo::Hosts => AllToAllPlan::Direct,
+    }
+}
+
+/// The reduce of `bytes` to a root: the all-reduce's plan ([`all_reduce`]), with its rank-order
+/// forms replaced by their cheaper rooted twins (same fold, same bits).
+pub(crate) fn reduce(bytes: usize, cabling: &Cabling, me: usize, cfg: &Config) -> ReducePlan {
+    match all_reduce(bytes, cabling, me, cfg) {
+        AllReducePlan::OneStep => ReducePlan::ToRoot,
+        AllReducePlan::Direct => ReducePlan::Direct,
+        other @ (AllReducePlan::Doubling | AllReducePlan::Ring | AllReducePlan::Hosts(_)) => {
+            ReducePlan::AllReduce(other)
+        }
+    }
+}
+
 /// The all-reduce of `bytes` by group rank `me` over `cabling`, with the agreed settings.
 ///
 /// Forced (`BOLTCCL_ALGO`): mesh, doubling, direct and ring run as forced. Automatic: two
@@ -129,6 +174,27 @@ impl AllReducePlan {
     }
 }
 
+impl AllToAllPlan {
+    /// The algorithm's name (the pairwise rounds are named after the ring, which forces them).
+    pub(crate) fn algo(self) -> Algo {
+        match self {
+            AllToAllPlan::Direct => Algo::Direct,
+            AllToAllPlan::Pairwise => Algo::Ring,
+        }
+    }
+}
+
+impl ReducePlan {
+    /// The algorithm's name: the all-reduce's whose bits it gives.
+    pub(crate) fn algo(&self) -> Algo {
+        match self {
+            ReducePlan::ToRoot => Algo::Mesh,
+            ReducePlan::Direct => Algo::Direct,
+            ReducePlan::AllReduce(plan) => plan.algo(),
+        }
+    }
+}
+
 impl GatherPlan {
     /// The algorithm's name.
     pub(crate) fn algo(self) -> Algo {
@@ -152,14 +218,16 @@ impl BroadcastPlan {
 
 /// The algorithm `coll` runs on `bytes` (the whole buffer: for all-gather the output, for
 /// reduce-scatter the input), over `cabling`, with the agreed settings `cfg`: the name of the
-/// plan `all_reduce`, `gather` or `broadcast` (in this module) makes (barrier and send/recv have one form,
-/// named mesh).
+/// plan `all_reduce`, `gather`, `broadcast`, `all_to_all` or `reduce` (in this module) makes
+/// (barrier, send/recv, and the rooted gather and scatter have one form, named mesh).
 pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -> Algo {
     match coll {
         Collective::AllReduce => all_reduce(bytes, cabling, 0, cfg).algo(),
         Collective::AllGather | Collective::ReduceScatter => gather(bytes, cabling, cfg).algo(),
         Collective::Broadcast => broadcast(bytes, cabling, cfg).algo(),
-        Collective::Barrier | Collective::SendRecv => Algo::Mesh,
+        Collective::AllToAll | Collective::AllToAllV => all_to_all(cfg).algo(),
+        Collective::Reduce => reduce(bytes, cabling, 0, cfg).algo(),
+        Collective::Barrier | Collective::SendRecv | Collective::Gather | Collective::Scatter => Algo::Mesh,
     }
 }
 
@@ -225,6 +293,22 @@ mod tests {
             (AllGather, small, &mesh, Doubling, Direct),
             (Barrier, 0, &ring, Ring, Mesh),
             (SendRecv, big, &ring, Ring, Mesh),
+            (AllToAll, small, &mesh, Auto, Direct),
+            (AllToAll, big, &ring, Auto, Direct),
+            (AllToAll, big, &mesh, Mesh, Direct),
+            (AllToAll, small, &mesh, Ring, Ring),
+            (AllToAllV, big, &mesh, Ring, Ring),
+            (AllToAllV, big, &ring, Doubling, Direct),
+            (Gather, big, &ring, Auto, Mesh),
+            (Scatter, small, &mesh, Ring, Mesh),
+            // Reduce names the all-reduce whose bits it gives.
+            (Reduce, small, &mesh, Auto, Doubling),
+            (Reduce, small, &two, Auto, Mesh),
+            (Reduce, small, &three, Auto, Mesh),
+            (Reduce, big, &mesh, Auto, Direct),
+            (Reduce, big, &ring, Auto, Ring),
+            (Reduce, big, &mesh, Mesh, Mesh),
+            (Reduce, small, &mesh, Direct, Direct),
         ];
         for &(coll, bytes, cabling, algo, want) in rows {
             assert_eq!(
@@ -242,10 +326,10 @@ mod tests {
     #[test]
     fn forced_algorithms_run_where_the_collective_has_them() {
         let forms = |coll: Collective| match coll {
-            AllReduce => vec![Mesh, Doubling, Direct, Ring],
-            AllGather | ReduceScatter => vec![Direct, Ring],
+            AllReduce | Reduce => vec![Mesh, Doubling, Direct, Ring],
+            AllGather | ReduceScatter | AllToAll | AllToAllV => vec![Direct, Ring],
             Broadcast => vec![Mesh, Direct, Ring],
-            Barrier | SendRecv => vec![Mesh],
+            Barrier | SendRecv | Gather | Scatter => vec![Mesh],
         };
         let cablings = [
             Cabling::uniform(2),
@@ -254,7 +338,7 @@ mod tests {
             ring4(),
             Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]),
         ];
-        for coll in [AllReduce, AllGather, ReduceScatter, Broadcast, Barrier, SendRecv] {
+        for coll in Collective::ALL {
             for cabling in &cablings {
                 for bytes in [0, 1000, 1001, 1 << 30] {
                     let cfg = |algo| Config { algo, mesh_max_bytes: 1000, ..Config::default() };
@@ -264,7 +348,7 @@ mod tests {
                         let why = format!("{coll:?} of {bytes} B on {cabling:?}, forced {algo:?}");
                         if forms(coll).contains(&algo) {
                             assert_eq!(got, algo, "{why}");
-                        } else if coll == AllReduce {
+                        } else if coll == AllReduce || coll == Reduce {
                             assert_eq!((algo, got), (Hosts, auto), "{why}: hosts cannot be forced");
                         } else if auto == Ring {
                             assert_ne!(got, Ring, "{why}");
@@ -282,5 +366,33 @@ mod tests {
         let AllReducePlan::Hosts(plan) = all_reduce(1001, &two_by_two, 3, &cfg) else { panic!("two levels") };
         assert_eq!(plan, HostsPlan { levels: two_by_two.levels(3).unwrap(), large: true, local_chunk: 8 << 20 });
         assert_eq!(all_reduce(10, &Cabling::uniform(4), 0, &Config { algo: Hosts, ..cfg }), AllReducePlan::Doubling);
+    }
+
+    /// A reduce follows the all-reduce of the same size, cabling and rank, form for form: the
+    /// root gets the bits `all_reduce` gives.
+    #[test]
+    fn reduce_follows_the_all_reduce() {
+        let cablings = [
+            Cabling::uniform(2),
+            Cabling::uniform(3),
+            Cabling::uniform(4),
+            ring4(),
+            Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]),
+        ];
+        for cabling in &cablings {
+            for algo in [Auto, Mesh, Doubling, Direct, Ring, Hosts] {
+                for bytes in [0, 1000, 1001, 1 << 30] {
+                    for me in 0..cabling.size() {
+                        let cfg = Config { algo, mesh_max_bytes: 1000, ..Config::default() };
+                        let want = match all_reduce(bytes, cabling, me, &cfg) {
+                            AllReducePlan::OneStep => ReducePlan::ToRoot,
+                            AllReducePlan::Direct => ReducePlan::Direct,
+                            other => ReducePlan::AllReduce(other),
+                        };
+                        assert_eq!(reduce(bytes, cabling, me, &cfg), want, "{bytes} B on {cabling:?}, {algo:?}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -252,8 +252,8 @@ impl Transport for Sim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::select::HostsPlan;
-    use crate::algo::{direct, doubling, hosts, one_step, p2p, ring, ring_ops, Comm, Scratch};
+    use crate::algo::select::{AllReducePlan, HostsPlan, ReducePlan};
+    use crate::algo::{all_to_all, direct, doubling, hosts, one_step, p2p, ring, ring_ops, rooted, Comm, Scratch};
     use crate::types::{Collective, DType, ReduceOp};
     use proptest::prelude::*;
     use std::time::Duration;
@@ -267,6 +267,22 @@ mod tests {
         Broadcast(Broadcast, usize),
         Barrier,
         SendRecv,
+        /// Equal parts; pairwise rounds or all at once.
+        AllToAll(bool),
+        /// Per-pair counts (some zero); pairwise rounds or all at once.
+        AllToAllV(bool),
+        Gather(usize),
+        Scatter(usize),
+        /// The form, the root, in place.
+        Reduce(Reduce, usize, bool),
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Reduce {
+        ToRoot,
+        Direct,
+        Doubling,
+        Ring,
     }
 
     #[derive(Debug, Clone, Copy)]
@@ -304,8 +320,30 @@ mod tests {
                 }
             }
             v.push(Algo::SendRecv);
+            for root in 0..n {
+                v.extend([Algo::Gather(root), Algo::Scatter(root)]);
+                for form in [Reduce::ToRoot, Reduce::Direct, Reduce::Doubling, Reduce::Ring] {
+                    v.push(Algo::Reduce(form, root, in_place));
+                }
+            }
         }
+        v.extend([Algo::AllToAll(false), Algo::AllToAll(true), Algo::AllToAllV(false), Algo::AllToAllV(true)]);
         v
+    }
+
+    /// Elements rank `q` sends rank `p` in the all-to-all-v case (`count` per block): a third
+    /// of the pairs send nothing, the others differ in length.
+    fn vcount(q: usize, p: usize, count: usize) -> usize {
+        if (q + 2 * p) % 3 == 0 {
+            0
+        } else {
+            count + q + 2 * p
+        }
+    }
+
+    /// The part rank `q` sends rank `p` in the all-to-all-v case.
+    fn vpart(q: usize, p: usize, count: usize) -> Vec<u8> {
+        (0..vcount(q, p, count)).flat_map(|i| value(q, p * 1000 + i).to_ne_bytes()).collect()
     }
 
     /// Rank `r`'s element `i`: small enough that sums over 8 ranks are exact.
@@ -330,6 +368,15 @@ mod tests {
             Algo::Broadcast(_, root) => data(root, count),
             Algo::Barrier => Vec::new(),
             Algo::SendRecv => data(r & !1, count),
+            Algo::AllToAll(_) => {
+                (0..n).flat_map(|q| data(q, n * count)[r * count * 4..(r + 1) * count * 4].to_vec()).collect()
+            }
+            Algo::AllToAllV(_) => (0..n).flat_map(|q| vpart(q, r, count)).collect(),
+            Algo::Gather(root) if r == root => (0..n).flat_map(|q| data(q, count)).collect(),
+            Algo::Gather(_) => Vec::new(),
+            Algo::Scatter(root) => data(root, n * count)[r * count * 4..(r + 1) * count * 4].to_vec(),
+            Algo::Reduce(_, root, _) if r == root => summed(n, 0..count),
+            Algo::Reduce(..) => data(r, count),
         }
     }
 
@@ -395,6 +442,55 @@ mod tests {
                 }
                 Ok(buf)
             }
+            Algo::AllToAll(pairwise) => {
+                let mut out = vec![0xa5; n * count * e];
+                let parts: Vec<_> = (0..n).map(|q| q * count * e..(q + 1) * count * e).collect();
+                all_to_all::all_to_all(comm, &data(me, n * count), &parts, &mut out, &parts, None, pairwise)?;
+                Ok(out)
+            }
+            Algo::AllToAllV(pairwise) => {
+                let send: Vec<usize> = (0..n).map(|q| vcount(me, q, count)).collect();
+                let recv: Vec<usize> = (0..n).map(|q| vcount(q, me, count)).collect();
+                let layout = |c: &[usize]| {
+                    let mut at = 0;
+                    c.iter().map(|&k| (at..at + k * e, at += k * e).0).collect::<Vec<_>>()
+                };
+                let input: Vec<u8> = (0..n).flat_map(|q| vpart(me, q, count)).collect();
+                let mut out = vec![0xa5; recv.iter().sum::<usize>() * e];
+                let counts = all_to_all::Counts { send: &send, recv: &recv };
+                all_to_all::all_to_all(comm, &input, &layout(&send), &mut out, &layout(&recv), Some(counts), pairwise)?;
+                Ok(out)
+            }
+            Algo::Gather(root) => {
+                let mut out = vec![0xa5; if me == root { n * count * e } else { 0 }];
+                rooted::gather(comm, &data(me, count), &mut out, root)?;
+                Ok(out)
+            }
+            Algo::Scatter(root) => {
+                let input = if me == root { data(me, n * count) } else { Vec::new() };
+                let mut out = vec![0xa5; count * e];
+                rooted::scatter(comm, &input, &mut out, root)?;
+                Ok(out)
+            }
+            Algo::Reduce(form, root, in_place) => {
+                let plan = match form {
+                    Reduce::ToRoot => ReducePlan::ToRoot,
+                    Reduce::Direct => ReducePlan::Direct,
+                    Reduce::Doubling => ReducePlan::AllReduce(AllReducePlan::Doubling),
+                    Reduce::Ring => ReducePlan::AllReduce(AllReducePlan::Ring),
+                };
+                let input = data(me, count);
+                if in_place {
+                    let mut buf = input;
+                    rooted::reduce(comm, scratch, &plan, sum, dt, None, &mut buf, root)?;
+                    Ok(buf)
+                } else {
+                    // Other ranks' output is left as it was: start it as their input to compare.
+                    let mut out = if me == root { vec![0xa5; input.len()] } else { input.clone() };
+                    rooted::reduce(comm, scratch, &plan, sum, dt, Some(&input), &mut out, root)?;
+                    Ok(out)
+                }
+            }
         }
     }
 
@@ -407,6 +503,11 @@ mod tests {
             Algo::Broadcast(_, root) => (Collective::Broadcast, root),
             Algo::Barrier => (Collective::Barrier, 0),
             Algo::SendRecv => (Collective::SendRecv, 0),
+            Algo::AllToAll(_) => (Collective::AllToAll, 0),
+            Algo::AllToAllV(_) => (Collective::AllToAllV, 0),
+            Algo::Gather(root) => (Collective::Gather, root),
+            Algo::Scatter(root) => (Collective::Scatter, root),
+            Algo::Reduce(_, root, _) => (Collective::Reduce, root),
         };
         Header::data(coll, 7, 3, DType::I32, ReduceOp::Sum, count as u64 * 4, root as u16)
     }

@@ -75,6 +75,11 @@ pub enum Phase {
     /// Broadcast's root check: one empty frame from every rank to every other, carrying the
     /// sender's root in its header.
     Roots = 10,
+    /// All-to-all data: each rank's part for each peer.
+    AllToAll = 11,
+    /// All-to-all-v's count check: one empty frame from every rank to every other, carrying
+    /// in its header how many elements the sender expects from the receiver.
+    Counts = 12,
 }
 
 /// Bits of the part number for the step; the phase takes the 8 above, the piece the 32 below.
@@ -327,6 +332,12 @@ pub fn check(expected: &Header, got: &Header, peer: usize) -> Result<()> {
             got.seq, expected.seq
         ));
     }
+    if got.dtype == expected.dtype
+        && got.count != expected.count
+        && Collective::from_u8(expected.coll) == Some(Collective::AllToAllV)
+    {
+        return mismatch(split_mismatch(expected, got, peer));
+    }
     if got.dtype != expected.dtype || got.count != expected.count {
         return mismatch(format!(
             "rank {peer} called {} but this rank called {} (counts and element types must match on every rank)",
@@ -335,7 +346,9 @@ pub fn check(expected: &Header, got: &Header, peer: usize) -> Result<()> {
         ));
     }
     if got.aux != expected.aux {
-        let what = if Collective::from_u8(expected.coll) == Some(Collective::Broadcast) { "root" } else { "root/peer" };
+        let rooted = [Collective::Broadcast, Collective::Gather, Collective::Scatter, Collective::Reduce];
+        let what =
+            if Collective::from_u8(expected.coll).is_some_and(|c| rooted.contains(&c)) { "root" } else { "root/peer" };
         return mismatch(format!("rank {peer} used {what} {} but this rank used {}", got.aux, expected.aux));
     }
     if got.part != expected.part || got.len != expected.len {
@@ -346,6 +359,24 @@ pub fn check(expected: &Header, got: &Header, peer: usize) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The message for an all-to-all-v pair whose counts disagree, naming both ranks and both
+/// counts. Its frames carry a pair's count, not the call's: a data frame from `peer` (the
+/// sender) to rank `aux` carries the count sent; a count frame ([`Phase::Counts`]) from `peer`
+/// (the receiver) carries the count it expects, and names the data's sender in its step.
+fn split_mismatch(expected: &Header, got: &Header, peer: usize) -> String {
+    let dt = DType::from_u8(expected.dtype).map_or("?", DType::name);
+    let (sender, receiver, sent, wanted) = if got.part >> 56 == Phase::Counts as u64 {
+        ((got.part >> 32) & ((1 << STEP_BITS) - 1), peer as u64, expected.count, got.count)
+    } else {
+        (peer as u64, u64::from(expected.aux), got.count, expected.count)
+    };
+    format!(
+        "all_to_all_v: rank {sender} sends {sent} {dt} elements to rank {receiver} but rank {receiver} expects \
+         {wanted} from rank {sender}: rank {sender}'s send counts and rank {receiver}'s receive counts must agree \
+         (the splits differ between ranks)"
+    )
 }
 
 #[cfg(test)]
@@ -368,6 +399,19 @@ mod tests {
     }
 
     #[test]
+    fn split_mismatches_name_both_ranks_and_both_counts() {
+        // Rank 3 sends 5 elements to rank 1, which expects 7 from it.
+        let base = Header::data(Collective::AllToAllV, 7, 3, DType::F32, ReduceOp::Sum, 0, 0);
+        let expected = Header { count: 7, aux: 1, ..base.piece(part(Phase::AllToAll, 0, 0).unwrap(), 0) };
+        let e = check(&expected, &Header { count: 5, ..expected }, 3).unwrap_err().to_string();
+        assert!(e.contains("rank 3 sends 5 float32 elements to rank 1 but rank 1 expects 7 from rank 3"), "{e}");
+        // Rank 3 hears from rank 1, through its count frame, that rank 1 expects 7.
+        let counts = |count| Header { count, aux: 1, ..base.piece(part(Phase::Counts, 3, 0).unwrap(), 0) };
+        let e = check(&counts(5), &counts(7), 1).unwrap_err().to_string();
+        assert!(e.contains("rank 3 sends 5 float32 elements to rank 1 but rank 1 expects 7 from rank 3"), "{e}");
+    }
+
+    #[test]
     fn parts_are_checked_not_wrapped() {
         assert_eq!(part(Phase::Gather, 3, 5).unwrap(), 2 << 56 | 3 << 32 | 5);
         assert_ne!(part(Phase::Reduce, 4096, 0).unwrap(), part(Phase::Reduce, 0, 0).unwrap(), "no 12-bit wrap");
@@ -379,7 +423,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn encode_decode_round_trip(coll in 1u8..7, dtype in 0u8..12, op in 0u8..3, aux: u16, group: u32, seq: u32, count: u64, part: u64, len: u32) {
+        fn encode_decode_round_trip(coll in 1u8..12, dtype in 0u8..12, op in 0u8..3, aux: u16, group: u32, seq: u32, count: u64, part: u64, len: u32) {
             let h = Header { kind: Kind::Data, coll, dtype, op, aux, group, seq, count, part, len };
             prop_assert_eq!(Header::decode(&h.encode()), Ok(h));
         }

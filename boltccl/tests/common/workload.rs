@@ -156,6 +156,84 @@ pub fn suite_for<T: TestElem>(g: &Group, d: &mut Digest) {
             }
             check(&format!("recv {name} n={n}"), &got, |i| value::<T>(from, i, salt + 5) as f64);
         }
+        all_to_all_and_rooted::<T>(g, d, n, salt);
+    }
+}
+
+/// Elements rank `q` sends rank `p` in the all-to-all-v case (`n` per part): a third of the
+/// pairs send nothing, the others differ in length.
+pub fn split_count(q: usize, p: usize, n: usize) -> usize {
+    if (q + 2 * p) % 3 == 0 {
+        0
+    } else {
+        n + q + 2 * p
+    }
+}
+
+/// all_to_all, all_to_all_v (with empty parts), gather, scatter and reduce (every reduction,
+/// in place and not) for `n` elements a part, the root moving with `salt`. Each rank's
+/// results differ, so they are checked here and none goes into the shared digest but the
+/// all_to_all of a part every rank sends alike.
+pub fn all_to_all_and_rooted<T: TestElem>(g: &Group, d: &mut Digest, n: usize, salt: usize) {
+    let (r, p) = (g.rank(), g.size());
+    let name = T::DTYPE.name();
+    let bytes = g.bytes();
+    // all_to_all: part q of rank r's input is element block q of input(r, n * p).
+    let src = input::<T>(r, n * p, salt + 6);
+    let mut out = vec![T::from_i64(5); n * p];
+    g.all_to_all(&src, &mut out).unwrap_or_else(|e| panic!("all_to_all {name} n={n}: {e}"));
+    check(&format!("all_to_all {name} n={n} rank {r}/{p}"), &out, |i| {
+        let (q, k) = (i / n.max(1), i % n.max(1));
+        value::<T>(q, r * n + k, salt + 6) as f64
+    });
+    d.add(&[p as u8]);
+    // all_to_all_v: the part from q to r is value(q, 1000 r + k).
+    let send: Vec<usize> = (0..p).map(|q| split_count(r, q, n)).collect();
+    let recv: Vec<usize> = (0..p).map(|q| split_count(q, r, n)).collect();
+    let src: Vec<T> =
+        (0..p).flat_map(|q| (0..send[q]).map(move |k| T::from_i64(value::<T>(r, 1000 * q + k, salt)))).collect();
+    let mut out = vec![T::from_i64(5); recv.iter().sum()];
+    g.all_to_all_v(&src, &send, &mut out, &recv).unwrap_or_else(|e| panic!("all_to_all_v {name} n={n}: {e}"));
+    let want: Vec<f64> =
+        (0..p).flat_map(|q| (0..recv[q]).map(move |k| value::<T>(q, 1000 * r + k, salt) as f64)).collect();
+    check(&format!("all_to_all_v {name} n={n} rank {r}/{p}"), &out, |i| want[i]);
+    // gather and scatter, the root moving with the length.
+    let root = (salt * 5 + 2) % p;
+    let src = input::<T>(r, n, salt + 7);
+    let mut out = if r == root { vec![T::from_i64(5); n * p] } else { Vec::new() };
+    g.gather(&src, &mut out, root).unwrap_or_else(|e| panic!("gather {name} n={n} root {root}: {e}"));
+    check(&format!("gather {name} n={n} root {root}"), &out, |i| {
+        value::<T>(i / n.max(1), i % n.max(1), salt + 7) as f64
+    });
+    let src = if r == root { input::<T>(r, n * p, salt + 8) } else { Vec::new() };
+    let mut out = vec![T::from_i64(5); n];
+    g.scatter(&src, &mut out, root).unwrap_or_else(|e| panic!("scatter {name} n={n} root {root}: {e}"));
+    check(&format!("scatter {name} n={n} root {root} rank {r}"), &out, |i| {
+        value::<T>(root, r * n + i, salt + 8) as f64
+    });
+    // reduce: in place, then into a dirty buffer; other ranks' buffers stay as they were.
+    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+        let what = format!("reduce({}) {name} n={n} root {root} rank {r}", op.name());
+        let mut buf = input::<T>(r, n, salt + 9);
+        g.reduce(&mut buf, op, root).unwrap_or_else(|e| panic!("{what}: {e}"));
+        if r == root {
+            check(&what, &buf, |i| reference(op, (0..p).map(|q| value::<T>(q, i, salt + 9))));
+        } else {
+            assert_eq!(buf, input::<T>(r, n, salt + 9), "{what}: a rank other than the root had its buffer changed");
+        }
+        let src = input::<T>(r, n, salt + 10);
+        let mut out = vec![T::from_i64(3); n];
+        bytes
+            .reduce(op, T::DTYPE, Some(bytemuck::cast_slice(&src)), bytemuck::cast_slice_mut(&mut out), root)
+            .unwrap_or_else(|e| panic!("{what} out of place: {e}"));
+        if r == root {
+            check(&what, &out, |i| reference(op, (0..p).map(|q| value::<T>(q, i, salt + 10))));
+        } else {
+            assert!(
+                out.iter().all(|x| *x == T::from_i64(3)),
+                "{what}: a rank other than the root had its output changed"
+            );
+        }
     }
 }
 
@@ -213,6 +291,18 @@ pub fn determinism(g: &Group, d: &mut Digest) {
             }
         }
         d.add(bytemuck::cast_slice(&a));
+        // reduce gives its root the bits all_sum gives, whatever the algorithm, on every root.
+        for root in [0, p - 1] {
+            let mut c = gen(r, n);
+            g.reduce(&mut c, ReduceOp::Sum, root).unwrap();
+            if r == root {
+                assert_eq!(
+                    bytemuck::cast_slice::<f32, u8>(&c),
+                    bytemuck::cast_slice::<f32, u8>(&a),
+                    "reduce to root {root} gave other bits than all_sum"
+                );
+            }
+        }
     }
 }
 
@@ -251,5 +341,20 @@ pub fn suite(g: &Group) -> u64 {
     split(g, &mut d);
     g.barrier().unwrap();
     assert_eq!(DType::ALL.len(), 12, "the suite covers every element type");
+    d.value()
+}
+
+/// The new collectives alone (all_to_all, all_to_all_v, gather, scatter, reduce) over a few
+/// element types and every length, and reduce's bits against all_sum's. Returns the digest.
+pub fn all_to_all_and_rooted_suite(g: &Group) -> u64 {
+    let mut d = Digest::new();
+    for (salt, &n) in LENGTHS.iter().enumerate() {
+        all_to_all_and_rooted::<f32>(g, &mut d, n, salt);
+        all_to_all_and_rooted::<bf16>(g, &mut d, n, salt);
+        all_to_all_and_rooted::<i8>(g, &mut d, n, salt);
+        all_to_all_and_rooted::<u64>(g, &mut d, n, salt);
+    }
+    determinism(g, &mut d);
+    g.barrier().unwrap();
     d.value()
 }

@@ -120,7 +120,53 @@ for n in (1000, 70001):
                 g.send(x, right)
             assert same(y, inputs(dt, left, n))
 
+        def all_to_all(dt=dt, n=n):
+            m = n - n % N
+            x = inputs(dt, R, n)[:m].copy()
+            blk = m // N
+            want = np.concatenate([inputs(dt, r, n)[R * blk : (R + 1) * blk] for r in range(N)])
+            assert same(g.all_to_all(x), want), "all_to_all new array"
+            out = np.empty(m, dtype=dt)
+            assert g.all_to_all(x, out=out) is out and same(out, want), "all_to_all out="
+            # Per-peer counts, some zero: rank q sends (q + p) % 3 * 7 elements to rank p.
+            count = lambda q, p: (q + p) % 3 * 7
+            send = [count(R, p) for p in range(N)]
+            recv = [count(q, R) for q in range(N)]
+            x = inputs(dt, R, sum(send))
+            out = np.empty(sum(recv), dtype=dt)
+            assert g.all_to_all_v(x, send, out, recv) is out
+            parts = [inputs(dt, q, sum(count(q, p) for p in range(N))) for q in range(N)]
+            want = [parts[q][sum(count(q, p) for p in range(R)) :][: recv[q]] for q in range(N)]
+            assert same(out, np.concatenate(want)), "all_to_all_v"
+
+        def rooted(dt=dt, n=n):
+            root = N - 1
+            x = inputs(dt, R, n)
+            got = g.gather(x, root)
+            if R == root:
+                assert same(got, np.concatenate([inputs(dt, r, n) for r in range(N)])), "gather"
+            else:
+                assert got is None, "gather returns None off the root"
+            full = np.concatenate([inputs(dt, root, n) for _ in range(N)])
+            out = np.empty(n, dtype=dt)
+            assert g.scatter(out, full if R == root else None, root) is out
+            assert same(out, full[R * n : (R + 1) * n]), "scatter"
+            for op in ("sum", "max", "min"):
+                x = inputs(dt, R, n)
+                keep = x.copy()
+                assert g.reduce(x, root, op=op) is x
+                assert same(x, expect(dt, op, n) if R == root else keep), f"reduce {op}"
+            x = inputs(dt, R, n).astype(np.float32) / 7 if dt.kind == "f" else None
+            if x is not None:
+                y = x.copy()
+                g.reduce(x, 0)
+                g.all_sum(y)
+                if R == 0:
+                    assert x.tobytes() == y.tobytes(), "reduce gave other bits than all_sum"
+
         for coll, fn in (
+            ("all_to_all", all_to_all),
+            ("gather/scatter/reduce", rooted),
             ("all_sum/max/min", reductions),
             ("all_gather", all_gather),
             ("reduce_scatter", reduce_scatter),
