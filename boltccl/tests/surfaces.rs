@@ -32,7 +32,7 @@ fn set(names: &[&[&str]]) -> BTreeSet<String> {
 #[test]
 fn group_and_scope_offer_every_call() {
     let typed = set(&[boltccl::CALLS, boltccl::TYPED_CALLS]);
-    let group = methods(&read("boltccl/src/group.rs"), "impl Group {");
+    let group = methods(&read("boltccl/src/group/mod.rs"), "impl Group {");
     let missing: Vec<_> = typed.difference(&group).collect();
     assert!(missing.is_empty(), "Group lacks {missing:?}");
     let scope = methods(&read("boltccl/src/request.rs"), "impl<'scope> Scope<'scope, '_> {");
@@ -43,7 +43,7 @@ fn group_and_scope_offer_every_call() {
 
 #[test]
 fn bytes_offers_the_byte_level_calls() {
-    let bytes = methods(&read("boltccl/src/group.rs"), "impl Bytes<'_> {");
+    let bytes = methods(&read("boltccl/src/group/bytes.rs"), "impl Bytes<'_> {");
     assert_eq!(bytes, set(&[boltccl::BYTE_CALLS]));
 }
 

@@ -1,0 +1,119 @@
+//! Groups that survive a lost rank: [`Group::abort`] from any thread, and [`Group::shrink`]
+//! to the ranks still there over the links they have (see `Transport::shrink`).
+
+use super::*;
+
+impl Shared {
+    /// If [`Group::abort`] was raised, tell the other ranks (once; the transport's abort is
+    /// idempotent) — when the links are free, else the call holding them does it.
+    pub(super) fn tell_abort(&self) {
+        if self.retired.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        if let Some(e) = self.abort.error() {
+            if let Some(mut t) = self.transport.try_lock() {
+                t.abort(&e);
+            }
+        }
+    }
+}
+
+impl Group {
+    /// Abort the group: callable from any thread (a signal handler included) while a call is
+    /// blocked or in flight on another; never blocks, and a second call does nothing.
+    ///
+    /// The call in flight returns [`Error::Aborted`] naming this rank at once, the other ranks
+    /// learn within moments (their calls fail naming this rank), and the group is poisoned:
+    /// later calls return [`Error::Poisoned`]. [`Group::shrink`] makes a working group again.
+    /// Groups split from this one share its links and are aborted with it.
+    pub fn abort(&self) {
+        let rank = self.core.members[self.core.me];
+        let e = Error::Aborted { rank, reason: format!("rank {rank} called abort()") };
+        if self.core.shared.abort.raise(e.clone()) {
+            if let Some(mut p) = self.core.shared.poison.try_lock() {
+                p.get_or_insert(e);
+            }
+            self.core.shared.tell_abort();
+        }
+    }
+
+    /// Go on without the ranks that are lost: the survivors (the ranks that call `shrink`
+    /// within `BOLTCCL_TIMEOUT_MS`) agree on who is there and each gets a new group of them,
+    /// ranks renumbered densely in this group's order. Works on a poisoned group (after a rank
+    /// died, or [`Group::abort`]) and on a healthy one.
+    ///
+    /// The links among the survivors are reused — TCP connections and shared-memory rings —
+    /// with no coordinator and no new connection; what the failed calls left on them is
+    /// dropped. (A group with RDMA links between survivors gets [`Error::InvalidArgument`]
+    /// saying so: those cannot be kept yet.) A rank that is alive but does not call `shrink`
+    /// in time is left out, and its own `shrink` then fails saying so. Ranks that fail during
+    /// the shrink make it fail (within the deadline, on every survivor) rather than give two
+    /// different groups: call `shrink` again.
+    ///
+    /// The new group takes over the links: this group, and every group split from it or it
+    /// from, is done (its calls return [`Error::Poisoned`]).
+    pub fn shrink(&self) -> Result<Group> {
+        self.shrink_excluding(&[])
+    }
+
+    /// [`Group::shrink`], leaving out the ranks `exclude` (ranks of this group) whatever they
+    /// do. Every survivor must pass the same list.
+    pub fn shrink_excluding(&self, exclude: &[usize]) -> Result<Group> {
+        let core = &self.core;
+        for &r in exclude {
+            core.check_rank("excluded rank", r)?;
+        }
+        if exclude.contains(&core.me) {
+            return Err(Error::invalid(format!("rank {} cannot exclude itself from the group it shrinks", core.me)));
+        }
+        // Started calls end first (at once, on a poisoned group).
+        self.queue.wait_idle()?;
+        let _st = core.state.try_lock().ok_or(Error::Busy)?;
+        let shared = &core.shared;
+        let candidates: Vec<usize> =
+            core.members.iter().enumerate().filter(|(g, _)| !exclude.contains(g)).map(|(_, &t)| t).collect();
+        let started = std::time::Instant::now();
+        let survivors = {
+            let mut t = shared.transport.lock();
+            match t.shrink(&candidates, shared.cfg.timeout) {
+                Ok(s) => s,
+                Err(e) => {
+                    shared.poison.lock().get_or_insert_with(|| e.clone());
+                    return Err(e);
+                }
+            }
+        };
+        shared.retired.store(true, std::sync::atomic::Ordering::SeqCst);
+        shared
+            .poison
+            .lock()
+            .get_or_insert_with(|| Error::invalid("this group was shrunk: use the group that shrink() returned"));
+        let members: Vec<usize> = core.members.iter().copied().filter(|t| survivors.contains(t)).collect();
+        let me = members
+            .iter()
+            .position(|&t| t == core.members[core.me])
+            .ok_or_else(|| Error::Internal("shrink lost this rank".into()))?;
+        tracing::debug!(rank = me, size = members.len(), took = ?started.elapsed(), "shrink: new group");
+        let next = Arc::new(Shared {
+            transport: shared.transport.clone(),
+            poison: Mutex::new(None),
+            abort: Arc::new(AbortSignal::new().map_err(|e| Error::local_io("abort signal", e))?),
+            retired: Default::default(),
+            generation: shared.generation + 1,
+            interrupt: Mutex::new(shared.interrupt.lock().clone()),
+            cfg: shared.cfg.clone(),
+            cabling: shared.cabling.clone(),
+            kinds: shared.kinds.clone(),
+        });
+        let size = members.len();
+        Ok(Group::from_core(Core {
+            cabling: next.cabling.subset(&members),
+            chunk: chunk_of(&next, &members, me),
+            id: mix(core.id, next.generation, u32::MAX),
+            shared: next,
+            members,
+            me,
+            state: Mutex::new(State::new(size)),
+        }))
+    }
+}
