@@ -21,6 +21,8 @@ use serde_json::{json, Value};
 
 const MODEL_ID: &str = "SmolLM2-135M-Instruct.Q4_1";
 const QUESTION: &str = "What is the capital of France? Answer in one sentence.";
+/// The collective deadline the ranks run with.
+const DEADLINE_MS: u64 = 5000;
 /// The tests start servers of their own: one at a time on a small machine.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -48,6 +50,8 @@ impl Server {
                 .env("BOLTCCL_WORLD_SIZE", "2")
                 .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
                 .env("BOLTCCL_JOB_KEY", "serve-test")
+                // Short, so that the idle wait below outlasts it.
+                .env("BOLTCCL_TIMEOUT_MS", DEADLINE_MS.to_string())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -265,6 +269,9 @@ fn serve_answers_like_the_cli_rejects_bad_requests_queues_and_survives_disconnec
     let (code, v) = get(&s, "/v1/models");
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["data"][0]["id"], MODEL_ID, "{v}");
+    // Idle for longer than the collective deadline: rank 0's heartbeats keep rank 1's wait for
+    // the next request from failing.
+    std::thread::sleep(Duration::from_millis(DEADLINE_MS * 3 / 2));
 
     // Greedy chat, not streamed: the CLI's text (TP = 1) from TP = 2, with counts.
     let (code, v) = post(&s, "/v1/chat/completions", &chat(QUESTION, 24));
