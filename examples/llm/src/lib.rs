@@ -16,6 +16,7 @@ pub mod model;
 pub mod ops;
 pub mod quant;
 pub mod sample;
+pub mod serve;
 pub mod shard;
 pub mod timing;
 pub mod tokenizer;

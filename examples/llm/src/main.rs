@@ -31,7 +31,11 @@ enum Weights {
 
 /// Tensor-parallel LLM decode over boltccl's all_sum.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(
+    version,
+    after_help = "To serve the model over HTTP (OpenAI-compatible): boltccl-llm serve --model FILE [--host H] \
+                  [--port N]; see boltccl-llm serve --help."
+)]
 struct Args {
     /// Model: a .gguf file, or a directory with config.json + *.safetensors.
     #[arg(long)]
@@ -270,6 +274,11 @@ fn main() -> std::process::ExitCode {
 fn run() -> anyhow::Result<()> {
     // This program owns its process: boltccl's warnings go to stderr (BOLTCCL_LOG filters).
     boltccl::log_to_stderr();
+    // `boltccl-llm serve ...`: the HTTP server, with its own flags.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "serve") {
+        let args = boltccl_llm::serve::ServeArgs::parse_from(std::env::args_os().skip(1));
+        return boltccl_llm::serve::run(args);
+    }
     let args = Args::parse();
     if let Some(n) = args.threads {
         anyhow::ensure!(n >= 1, "--threads must be at least 1");

@@ -1,0 +1,246 @@
+//! `boltccl-llm serve`: an OpenAI-compatible HTTP server for the tensor-parallel model.
+//!
+//! Every rank loads its shard. Rank 0 serves HTTP (`/v1/models`, `/v1/completions`,
+//! `/v1/chat/completions`, streaming by server-sent events or not) and runs one generation
+//! worker that takes queued requests one at a time; the other ranks follow it
+//! ([`engine::follow`]). See [`engine`] for how they stay in step.
+//!
+//! Failures: a bad request gets a 4xx in OpenAI's error shape and changes nothing; a full
+//! queue a 429; a failed cluster (a rank died) a 5xx for the request it broke and every one
+//! after, and the server then stops with a non-zero status. SIGTERM or ctrl-c stop it
+//! gracefully: no new connections, the requests under way finish, then the other ranks are
+//! told to stop.
+
+pub mod api;
+pub mod chat;
+pub mod engine;
+pub mod http;
+
+use std::io::Write;
+use std::net::ToSocketAddrs;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+
+use crate::comm::{Comm, SingleRank};
+use crate::loader::{self, Checkpoint};
+use crate::model::{LoadOptions, Model, WeightMode};
+use crate::shard::ShardPlan;
+use chat::ChatTemplate;
+
+/// How long rank 0 lets the requests under way finish after SIGTERM or ctrl-c.
+const DRAIN: Duration = Duration::from_secs(60);
+/// How long a follower that got SIGTERM or ctrl-c waits for rank 0's word before leaving.
+const FOLLOWER_GRACE: Duration = Duration::from_secs(DRAIN.as_secs() + 15);
+
+/// `boltccl-llm serve`: an OpenAI-compatible server (start it under `boltccl launch -n N` for
+/// tensor parallelism: rank 0 serves, the others follow).
+#[derive(Debug, Parser)]
+#[command(name = "boltccl-llm serve")]
+pub struct ServeArgs {
+    /// The model: a .gguf file (with its tokenizer and chat template).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free one; the address is printed).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// The model's id in the API (default: the file name without `.gguf`).
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// Requests that may wait while one runs; more are answered 429.
+    #[arg(long, default_value_t = 16)]
+    pub max_queue: usize,
+    /// A Jinja chat template file, instead of the model's own `tokenizer.chat_template`.
+    #[arg(long)]
+    pub chat_template: Option<PathBuf>,
+    /// Largest prompt + generation in tokens (default: the model's context length).
+    #[arg(long)]
+    pub ctx_size: Option<usize>,
+    /// CPU threads per rank (default: every core this process may run on).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// A line on stderr, ignoring a closed stderr (the launcher relaying it may have gone first).
+pub fn log(line: &str) {
+    let _ = writeln!(std::io::stderr(), "[serve] {line}");
+}
+
+/// Runs `serve` on this rank: rank 0 serves until SIGTERM or ctrl-c (or a failed cluster,
+/// an error), the others follow it.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if let Some(n) = args.threads {
+        anyhow::ensure!(n >= 1, "--threads must be at least 1");
+        crate::ops::par::set_threads(n);
+    }
+    anyhow::ensure!(args.max_queue >= 1, "--max-queue must be at least 1");
+    let Checkpoint { weights, tokenizer, chat_template } = loader::open(&args.model)?;
+    let tok = Arc::new(tokenizer.context("serve needs a tokenizer: give it a GGUF file, which carries one")?);
+    let comm: Box<dyn Comm> = if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
+        Box::new(boltccl::init().context("joining the boltccl group")?)
+    } else {
+        Box::new(SingleRank)
+    };
+    let cfg = weights.config().clone();
+    let plan = ShardPlan::new(&cfg, comm.rank(), comm.size())?;
+    let model = Model::load_with(weights.as_ref(), plan, LoadOptions { weights: WeightMode::Q8 })?;
+    drop(weights);
+    if comm.rank() != 0 {
+        leave_after_signal_unless_told();
+        return engine::follow(&model, comm.as_ref(), tok.eos)
+            .with_context(|| format!("rank {} following rank 0", comm.rank()));
+    }
+
+    let template = match &args.chat_template {
+        Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+        None => chat_template,
+    };
+    let text = |id: Option<u32>| id.map(|i| tok.decode(&[i], true)).unwrap_or_default();
+    let template = match template {
+        None => Err(format!(
+            "{} has no chat template (tokenizer.chat_template): use /v1/completions, or start the server with \
+             --chat-template FILE",
+            args.model.display()
+        )),
+        Some(src) => match ChatTemplate::new(&src, text(tok.bos), text(tok.eos)) {
+            Ok(t) => Ok(t),
+            Err(e) if args.chat_template.is_some() => return Err(e),
+            Err(e) => Err(format!("{e:#}; start the server with --chat-template FILE")),
+        },
+    };
+    if let Err(why) = &template {
+        log(&format!("chat completions are off: {why}"));
+    }
+    let context = args.ctx_size.map_or(cfg.max_seq_len, |c| c.min(cfg.max_seq_len));
+    anyhow::ensure!(context >= 2, "the context must hold at least 2 tokens");
+    let model_id = args.model_name.clone().unwrap_or_else(|| {
+        let name = args.model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        name.strip_suffix(".gguf").unwrap_or(&name).to_string()
+    });
+
+    let addr = (args.host.as_str(), args.port)
+        .to_socket_addrs()
+        .with_context(|| format!("resolving --host {}", args.host))?
+        .next()
+        .with_context(|| format!("--host {} has no address", args.host))?;
+    let listener = std::net::TcpListener::bind(addr).with_context(|| format!("listening on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+    let (jobs, queue) = std::sync::mpsc::sync_channel(args.max_queue);
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let shared = Arc::new(http::Shared {
+        model_id: model_id.clone(),
+        created,
+        context,
+        tok: tok.clone(),
+        template,
+        jobs,
+        fatal: Mutex::new(None),
+        next_id: AtomicU64::new(1),
+    });
+    // Set by the worker when the cluster fails; by the HTTP side when it has stopped.
+    let (failed, mut failed_rx) = tokio::sync::watch::channel(false);
+    let closing = AtomicBool::new(false);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+
+    std::thread::scope(|s| {
+        let (model, comm, tok, shared_w, closing) = (&model, comm.as_ref(), &tok, shared.clone(), &closing);
+        let worker = s.spawn(move || {
+            let r = engine::lead(model, comm, tok, &queue, closing);
+            if let Err(e) = &r {
+                let why = format!("the cluster failed: {e:#}");
+                log(&why);
+                *shared_w.fatal.lock().unwrap() = Some(why.clone());
+                // Whoever is still queued hears why instead of waiting.
+                while let Ok(job) = queue.try_recv() {
+                    let _ = job.events.send(engine::Event::Error(why.clone()));
+                }
+                let _ = failed.send(true);
+            }
+            r
+        });
+        let served = rt.block_on(async {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            log(&format!(
+                "listening on http://{local} (model `{model_id}`, tensor-parallel over {} rank{}, context {context})",
+                comm.size(),
+                if comm.size() == 1 { "" } else { "s" }
+            ));
+            let (stopping, mut stopping_rx) = tokio::sync::watch::channel(false);
+            let stop = async move {
+                tokio::select! {
+                    _ = wait_for_signal() => {
+                        log("stopping: no new requests; those under way finish (signal again to stop at once)");
+                        tokio::spawn(async {
+                            wait_for_signal().await;
+                            log("stopped at once");
+                            std::process::exit(130);
+                        });
+                    }
+                    _ = failed_rx.wait_for(|f| *f) => {}
+                }
+                let _ = stopping.send(true);
+            };
+            let server = axum::serve(listener, http::router(shared.clone())).with_graceful_shutdown(stop);
+            tokio::select! {
+                r = server => r.context("the HTTP server failed"),
+                // A stream that never ends must not hold the shutdown forever.
+                _ = async { let _ = stopping_rx.wait_for(|s| *s).await; tokio::time::sleep(DRAIN).await } => {
+                    log(&format!("requests still under way after {} s: dropped", DRAIN.as_secs()));
+                    Ok(())
+                }
+            }
+        });
+        // Whatever is left of the connections goes with the runtime; the worker runs out the
+        // queue (requests whose client has gone are skipped), then tells the others to stop.
+        drop(rt);
+        drop(shared);
+        closing.store(true, Ordering::Relaxed);
+        let worked = worker.join().map_err(|_| anyhow::anyhow!("the generation worker panicked"))?;
+        worked.context("serving")?;
+        served?;
+        log("stopped; the other ranks were told to stop");
+        Ok(())
+    })
+}
+
+/// Resolves on SIGTERM or ctrl-c.
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(t) => t,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A follower that gets SIGTERM or ctrl-c (as every rank of a launcher's job does on ctrl-c)
+/// keeps following, so that rank 0 can finish the requests under way and say stop; if rank 0
+/// has not done so within [`FOLLOWER_GRACE`], it leaves.
+fn leave_after_signal_unless_told() {
+    std::thread::spawn(|| {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            wait_for_signal().await;
+            tokio::time::sleep(FOLLOWER_GRACE).await;
+        });
+        log("signalled, and rank 0 did not say stop in time: leaving");
+        std::process::exit(1);
+    });
+}

@@ -1,0 +1,431 @@
+//! `boltccl-llm serve` end to end: two rank processes joined by boltccl (as `boltccl launch
+//! -n 2` starts them), driven over HTTP with curl and, for the disconnect, a raw socket, on the
+//! real SmolLM2-135M-Instruct GGUF. Greedy answers equal the CLI's, streamed and not; bad
+//! requests get OpenAI-shaped 4xx errors and change nothing; concurrent requests are all
+//! answered, one at a time, and a full queue says 429; a client that disconnects mid-stream
+//! stops its generation and the next request is answered; SIGTERM stops both ranks cleanly; a
+//! rank killed mid-stream gives the client a 5xx-shaped error and rank 0 a non-zero exit.
+//! Skipped, with a message, without the model file (in CI that fails instead). Every wait has
+//! a deadline.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const MODEL_ID: &str = "SmolLM2-135M-Instruct.Q4_1";
+const QUESTION: &str = "What is the capital of France? Answer in one sentence.";
+/// The collective deadline the ranks run with.
+const DEADLINE_MS: u64 = 5000;
+/// The tests start servers of their own: one at a time on a small machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A two-rank server: rank 0 listens on a free port, rank 1 follows.
+struct Server {
+    ranks: Vec<Child>,
+    base: String,
+    /// Every rank's stderr lines, as they come.
+    logs: Vec<Arc<Mutex<Vec<String>>>>,
+}
+
+impl Server {
+    fn start(model: &Path, extra: &[&str]) -> Server {
+        let port = boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+        let mut ranks = Vec::new();
+        let mut logs = Vec::new();
+        for r in 0..2 {
+            let mut child = Command::new(env!("CARGO_BIN_EXE_boltccl-llm"))
+                .arg("serve")
+                .arg("--model")
+                .arg(model)
+                .args(["--port", "0"])
+                .args(extra)
+                .env("BOLTCCL_RANK", r.to_string())
+                .env("BOLTCCL_WORLD_SIZE", "2")
+                .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
+                .env("BOLTCCL_JOB_KEY", "serve-test")
+                // Short, so that the idle wait below outlasts it.
+                .env("BOLTCCL_TIMEOUT_MS", DEADLINE_MS.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let (err, sink) = (child.stderr.take().unwrap(), log.clone());
+            std::thread::spawn(move || {
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    eprintln!("[rank {r}] {line}");
+                    sink.lock().unwrap().push(line);
+                }
+            });
+            ranks.push(child);
+            logs.push(log);
+        }
+        let mut s = Server { ranks, base: String::new(), logs };
+        let line = s.wait_for_log(0, "listening on http://", Duration::from_secs(180));
+        let addr = line.split("listening on http://").nth(1).unwrap().split_whitespace().next().unwrap();
+        s.base = format!("http://{addr}");
+        s
+    }
+
+    /// Waits for a line of rank `r`'s stderr containing `what`, and returns it.
+    fn wait_for_log(&mut self, r: usize, what: &str, limit: Duration) -> String {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(l) = self.logs[r].lock().unwrap().iter().find(|l| l.contains(what)) {
+                return l.clone();
+            }
+            for (i, c) in self.ranks.iter_mut().enumerate() {
+                if let Some(st) = c.try_wait().unwrap() {
+                    panic!("rank {i} exited ({st}) while waiting for {what:?}:\n{}", self.log(i));
+                }
+            }
+            assert!(Instant::now() < until, "no {what:?} from rank {r} within {limit:?}:\n{}", self.log(r));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self, r: usize) -> String {
+        self.logs[r].lock().unwrap().join("\n")
+    }
+
+    /// Waits for rank `r` to exit, at most `limit`.
+    fn wait(&mut self, r: usize, limit: Duration) -> ExitStatus {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(st) = self.ranks[r].try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < until, "rank {r} still running after {limit:?}:\n{}", self.log(r));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, r: usize, sig: &str) {
+        let ok = Command::new("kill").args([sig, &self.ranks[r].id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill {sig} rank {r} failed");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        for c in &mut self.ranks {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// curl, with a deadline: (HTTP status, body).
+fn curl(args: &[&str], body: Option<&str>) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args(["-sS", "--max-time", "300", "-w", "\n%{http_code}"]).args(args);
+    if body.is_some() {
+        c.args(["-H", "Content-Type: application/json", "--data-binary", "@-"]);
+    }
+    c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().expect("curl (apt-get install curl)");
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(b) = body {
+        stdin.write_all(b.as_bytes()).unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "curl {args:?} failed: {}{text}", String::from_utf8_lossy(&out.stderr));
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.trim().parse().unwrap(), body.to_string())
+}
+
+fn get(s: &Server, path: &str) -> (u16, Value) {
+    let (code, body) = curl(&[&format!("{}{path}", s.base)], None);
+    (code, serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}")))
+}
+
+fn post(s: &Server, path: &str, req: &Value) -> (u16, Value) {
+    post_raw(s, path, &req.to_string())
+}
+
+fn post_raw(s: &Server, path: &str, body: &str) -> (u16, Value) {
+    let (code, out) = curl(&[&format!("{}{path}", s.base)], Some(body));
+    (code, serde_json::from_str(&out).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {out}")))
+}
+
+/// A streamed request: the status, every `data:` event's JSON, and whether `[DONE]` ended it.
+fn post_stream(s: &Server, path: &str, req: &Value) -> (u16, Vec<Value>, bool) {
+    let (code, out) = curl(&["-N", &format!("{}{path}", s.base)], Some(&req.to_string()));
+    let mut events = Vec::new();
+    let mut done = false;
+    for block in out.split("\n\n").map(str::trim).filter(|b| !b.is_empty()) {
+        let data = block.strip_prefix("data: ").unwrap_or_else(|| panic!("not an SSE event: {block:?}\n{out}"));
+        assert!(!done, "events after [DONE]: {out}");
+        if data == "[DONE]" {
+            done = true;
+        } else {
+            events.push(serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}")));
+        }
+    }
+    (code, events, done)
+}
+
+/// Starts a streamed completion on a raw socket (`Connection: close`, so the server closes it
+/// at the end) and reads until `chunks` pieces of text have come; returns the socket and what
+/// was read.
+fn start_stream(s: &Server, req: &Value, chunks: usize) -> (TcpStream, Vec<u8>) {
+    let mut req = req.clone();
+    req["stream"] = json!(true);
+    let body = req.to_string();
+    let mut sock = TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(
+        sock,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while seen.windows(7).filter(|w| w == b"\"text\":").count() < chunks {
+        let k = sock.read(&mut buf).unwrap();
+        assert!(k > 0, "the stream ended early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..k]);
+    }
+    (sock, seen)
+}
+
+/// The streamed text of a chat or a completion.
+fn streamed_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter_map(|e| {
+            let c = e["choices"].get(0)?;
+            c["delta"]["content"].as_str().or(c["text"].as_str()).map(str::to_string)
+        })
+        .collect()
+}
+
+/// `{"error": {"message", "type", "param", "code"}}` with a non-empty message.
+fn assert_error_shape(code: u16, v: &Value, want_code: u16, want_type: &str) {
+    assert_eq!(code, want_code, "{v}");
+    let e = v["error"].as_object().unwrap_or_else(|| panic!("no error object: {v}"));
+    for k in ["message", "type", "param", "code"] {
+        assert!(e.contains_key(k), "error without {k}: {v}");
+    }
+    assert!(!e["message"].as_str().unwrap().is_empty(), "{v}");
+    assert_eq!(e["type"], want_type, "{v}");
+}
+
+/// The CLI's greedy text (TP = 1) for the same request.
+fn cli(model: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_boltccl-llm"))
+        .arg("--model")
+        .arg(model)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The CLI ends its text with one newline after the rates.
+    let s = String::from_utf8(out.stdout).unwrap();
+    s.strip_suffix('\n').unwrap_or(&s).to_string()
+}
+
+fn chat(content: &str, max_tokens: u32) -> Value {
+    json!({"model": MODEL_ID, "messages": [{"role": "user", "content": content}], "temperature": 0,
+           "max_tokens": max_tokens})
+}
+
+fn completion(prompt: &str, max_tokens: u32) -> Value {
+    json!({"model": MODEL_ID, "prompt": prompt, "temperature": 0, "max_tokens": max_tokens})
+}
+
+fn model() -> Option<PathBuf> {
+    let p = common::smollm2_path()?;
+    if Command::new("curl").arg("--version").output().is_err() {
+        common::prerequisite_missing("curl is not installed (apt-get install curl)");
+        return None;
+    }
+    Some(p)
+}
+
+#[test]
+fn serve_answers_like_the_cli_rejects_bad_requests_queues_and_survives_disconnects() {
+    let Some(model) = model() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let want_chat = cli(&model, &["--prompt", QUESTION, "--max-tokens", "24"]);
+    let want_raw = cli(&model, &["--raw", "--prompt", "The capital of France is", "--max-tokens", "12"]);
+    assert!(want_chat.contains("Paris"), "{want_chat}");
+    let mut s = Server::start(&model, &["--max-queue", "2"]);
+
+    // The model list.
+    let (code, v) = get(&s, "/v1/models");
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["data"][0]["id"], MODEL_ID, "{v}");
+    // Idle for longer than the collective deadline: rank 0's heartbeats keep rank 1's wait for
+    // the next request from failing.
+    std::thread::sleep(Duration::from_millis(DEADLINE_MS * 3 / 2));
+
+    // Greedy chat, not streamed: the CLI's text (TP = 1) from TP = 2, with counts.
+    let (code, v) = post(&s, "/v1/chat/completions", &chat(QUESTION, 24));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], want_chat.as_str(), "{v}");
+    let done_early = v["choices"][0]["finish_reason"] == "stop";
+    let n = v["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(n >= 1 && (n < 24) == done_early, "{v}");
+    assert_eq!(v["usage"]["total_tokens"].as_u64().unwrap(), v["usage"]["prompt_tokens"].as_u64().unwrap() + n);
+
+    // The same, streamed: a role chunk first, the same text, a finish_reason, the usage
+    // chunk, then [DONE].
+    let mut req = chat(QUESTION, 24);
+    req["stream"] = json!(true);
+    req["stream_options"] = json!({"include_usage": true});
+    let (code, ev, done) = post_stream(&s, "/v1/chat/completions", &req);
+    assert_eq!(code, 200);
+    assert!(done, "no [DONE]: {ev:?}");
+    assert_eq!(ev[0]["object"], "chat.completion.chunk");
+    assert_eq!(ev[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(streamed_text(&ev), want_chat);
+    let last = &ev[ev.len() - 1];
+    assert_eq!(last["usage"]["completion_tokens"].as_u64(), Some(n), "{last}");
+    assert_eq!(ev[ev.len() - 2]["choices"][0]["finish_reason"], v["choices"][0]["finish_reason"]);
+
+    // Completions, raw prompt: the CLI's --raw text, streamed and not, cut at max_tokens.
+    let (code, v) = post(&s, "/v1/completions", &completion("The capital of France is", 12));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], want_raw.as_str(), "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 12, "{v}");
+    let mut req = completion("The capital of France is", 12);
+    req["stream"] = json!(true);
+    let (code, ev, done) = post_stream(&s, "/v1/completions", &req);
+    assert!(code == 200 && done, "{ev:?}");
+    assert_eq!(streamed_text(&ev), want_raw);
+    assert_eq!(ev.last().unwrap()["choices"][0]["finish_reason"], "length");
+
+    // A stop sequence cuts the text before it, streamed or not.
+    let mut req = completion("The capital of France is", 12);
+    req["stop"] = json!(["Paris"]);
+    let (_, v) = post(&s, "/v1/completions", &req);
+    let cut = &want_raw[..want_raw.find("Paris").expect("the raw continuation names Paris")];
+    assert_eq!(
+        (v["choices"][0]["text"].as_str(), v["choices"][0]["finish_reason"].as_str()),
+        (Some(cut), Some("stop"))
+    );
+    req["stream"] = json!(true);
+    let (_, ev, done) = post_stream(&s, "/v1/completions", &req);
+    assert!(done);
+    assert_eq!(streamed_text(&ev), cut);
+
+    // Seeded sampling (the gather-and-broadcast path) repeats itself.
+    let mut req = completion("Once upon a time", 10);
+    req["temperature"] = json!(0.9);
+    req["seed"] = json!(1234);
+    let a = post(&s, "/v1/completions", &req).1;
+    let b = post(&s, "/v1/completions", &req).1;
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"], "{a}\n{b}");
+
+    // Bad requests: OpenAI's error shape, and the server goes on.
+    let (code, v) = post_raw(&s, "/v1/chat/completions", "{\"model\": ");
+    assert_error_shape(code, &v, 400, "invalid_request_error");
+    let mut req = chat(QUESTION, 8);
+    req["model"] = json!("gpt-4o");
+    let (code, v) = post(&s, "/v1/chat/completions", &req);
+    assert_error_shape(code, &v, 404, "invalid_request_error");
+    assert_eq!(v["error"]["code"], "model_not_found");
+    let long = "hello ".repeat(9000);
+    let (code, v) = post(&s, "/v1/completions", &completion(&long, 4));
+    assert_error_shape(code, &v, 400, "invalid_request_error");
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    let (code, v) = post(&s, "/v1/chat/completions", &chat(QUESTION, 100_000));
+    assert_error_shape(code, &v, 400, "invalid_request_error");
+    assert_eq!(v["error"]["param"], "max_tokens", "{v}");
+    let mut req = chat(QUESTION, 8);
+    req["n"] = json!(2);
+    let (code, v) = post(&s, "/v1/chat/completions", &req);
+    assert_error_shape(code, &v, 400, "invalid_request_error");
+    assert_eq!(v["error"]["param"], "n");
+    let mut req = chat(QUESTION, 8);
+    req["tools"] = json!([]);
+    let (code, v) = post(&s, "/v1/chat/completions", &req);
+    assert_error_shape(code, &v, 400, "invalid_request_error");
+    assert!(v["error"]["message"].as_str().unwrap().contains("max_tokens"), "says what is supported: {v}");
+    let (code, v) = post(&s, "/v1/models", &json!({}));
+    assert_error_shape(code, &v, 405, "invalid_request_error");
+    let (code, v) = get(&s, "/v2/anything");
+    assert_error_shape(code, &v, 404, "invalid_request_error");
+
+    // Concurrent requests: all answered, each with its own text (what it gets alone).
+    let prompts = ["The capital of France is", "One, two, three,", "The sky is"];
+    let alone: Vec<Value> = prompts.iter().map(|p| post(&s, "/v1/completions", &completion(p, 8)).1).collect();
+    let together: Vec<(u16, Value)> = std::thread::scope(|sc| {
+        let hs: Vec<_> = prompts.iter().map(|p| sc.spawn(|| post(&s, "/v1/completions", &completion(p, 8)))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((code, v), want) in together.iter().zip(&alone) {
+        assert_eq!(*code, 200, "{v}");
+        assert_eq!(v["choices"][0]["text"], want["choices"][0]["text"], "{v}");
+    }
+    // One runs, two wait (--max-queue 2); a burst beyond that is told 429, in OpenAI's shape.
+    let burst: Vec<(u16, Value)> = std::thread::scope(|sc| {
+        let hs: Vec<_> =
+            (0..6).map(|_| sc.spawn(|| post(&s, "/v1/completions", &completion("Count: 1, 2,", 24)))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = burst.iter().filter(|(c, _)| *c == 200).count();
+    assert!((1..=3).contains(&ok), "{burst:?}");
+    for (code, v) in burst.iter().filter(|(c, _)| *c != 200) {
+        assert_error_shape(*code, v, 429, "server_error");
+    }
+
+    // A client that goes away mid-stream: its generation stops (long before max_tokens), and
+    // the next request is answered.
+    let (sock, _) = start_stream(&s, &completion("1, 2, 3, 4, 5,", 4000), 3);
+    drop(sock);
+    let gone = s.wait_for_log(0, "client gone", Duration::from_secs(120));
+    let generated: usize = gone.split(" generated").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(generated < 4000, "{gone}");
+    let (code, v) = post(&s, "/v1/completions", &completion("The capital of France is", 12));
+    assert_eq!((code, v["choices"][0]["text"].as_str()), (200, Some(want_raw.as_str())), "{v}");
+
+    // SIGTERM: rank 0 finishes, tells rank 1 to stop; both exit 0.
+    s.signal(0, "-TERM");
+    let st0 = s.wait(0, Duration::from_secs(60));
+    let st1 = s.wait(1, Duration::from_secs(60));
+    assert!(st0.success() && st1.success(), "rank 0: {st0}, rank 1: {st1}\n{}\n{}", s.log(0), s.log(1));
+}
+
+#[test]
+fn a_rank_dying_mid_stream_gives_an_error_and_a_nonzero_exit() {
+    let Some(model) = model() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Server::start(&model, &[]);
+    // A long stream; rank 1 is killed once it has begun.
+    let (mut sock, mut seen) = start_stream(&s, &completion("1, 2, 3, 4, 5,", 4000), 3);
+    s.signal(1, "-KILL");
+    let until = Instant::now() + Duration::from_secs(120);
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(Instant::now() < until, "the stream went on after rank 1 died");
+        match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => seen.extend_from_slice(&buf[..k]),
+            Err(e) => panic!("reading the stream: {e}"),
+        }
+    }
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(seen.contains("\"type\":\"server_error\""), "no error event after rank 1 died: {seen}");
+    assert!(!seen.contains("[DONE]"), "a broken stream must not end with [DONE]: {seen}");
+    let st0 = s.wait(0, Duration::from_secs(120));
+    assert!(!st0.success(), "rank 0 exited 0 after its follower died:\n{}", s.log(0));
+    assert!(s.log(0).contains("the cluster failed"), "{}", s.log(0));
+}
