@@ -49,12 +49,14 @@ fn tcp_sockets() -> BTreeSet<u64> {
 }
 
 /// All_sums of `n` elements, each rank's value its rank + 1: every element must be the sum.
+/// The error is a line to print: `WRONG ...` for a wrong sum, `NEW_GROUP_ERR ...` for a call
+/// that failed (a rank of the new group died too).
 fn check_sums(g: &boltccl::Group, n: usize) -> Result<(), String> {
     let mut buf = vec![(g.rank() + 1) as f32; n];
-    g.all_sum(&mut buf).map_err(|e| e.to_string())?;
+    g.all_sum(&mut buf).map_err(|e| format!("NEW_GROUP_ERR {e}"))?;
     let want = (g.size() * (g.size() + 1) / 2) as f32;
     match buf.iter().position(|&x| x != want) {
-        Some(i) => Err(format!("all_sum of {n}: element {i} is {}, want {want}", buf[i])),
+        Some(i) => Err(format!("WRONG all_sum of {n}: element {i} is {}, want {want}", buf[i])),
         None => Ok(()),
     }
 }
@@ -118,7 +120,7 @@ fn shrink_worker() {
     assert!(matches!(old, boltccl::Error::Poisoned(_)), "the old group after a shrink: {old}");
     for n in [1, 1000, 4 << 20] {
         if let Err(e) = check_sums(&g2, n) {
-            println!("WRONG {e}");
+            println!("{e}");
             return;
         }
         if n == 1 {
@@ -145,6 +147,18 @@ enum Backend {
 /// Start `n` ranks, wait for their first all_sum, kill `victims` (none: `MODE=abort`), and
 /// return (when, the outputs).
 fn run(n: usize, backend: Backend, victims: &[usize], extra: &[(&str, &str)]) -> (u128, Vec<RankOutput>) {
+    run_with_late_kill(n, backend, victims, None, extra)
+}
+
+/// [`run`], and `late`: kill this rank too, this long after the first kills (while the others
+/// notice, or vote).
+fn run_with_late_kill(
+    n: usize,
+    backend: Backend,
+    victims: &[usize],
+    late: Option<(usize, Duration)>,
+    extra: &[(&str, &str)],
+) -> (u128, Vec<RankOutput>) {
     let dir = tempfile::tempdir().unwrap();
     let mut job = Job::new(n, "shrink_worker")
         .env("READY_DIR", dir.path().display().to_string())
@@ -165,9 +179,14 @@ fn run(n: usize, backend: Backend, victims: &[usize], extra: &[(&str, &str)]) ->
     }
     std::thread::sleep(Duration::from_millis(50));
     let at = now_ms();
-    for &v in victims {
+    let kill = |v: usize| {
         let pid = rustix::process::Pid::from_raw(ranks.children[v].id() as i32).unwrap();
         rustix::process::kill_process(pid, rustix::process::Signal::Kill).unwrap();
+    };
+    victims.iter().for_each(|&v| kill(v));
+    if let Some((v, after)) = late {
+        std::thread::sleep(after);
+        kill(v);
     }
     (at, ranks.wait(Duration::from_secs(90)))
 }
@@ -213,7 +232,11 @@ fn survivors_shrank(label: &str, n: usize, victims: &[usize], at: u128, outs: &[
     for o in outs.iter().filter(|o| alive.contains(&o.rank)) {
         let show = || format!("{label}: rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr);
         assert!(o.status.success(), "{} exited {:?}", show(), o.status);
-        assert!(o.field("WRONG ").is_none() && o.field("SHRINK_ERR ").is_none(), "{}", show());
+        assert!(
+            o.field("WRONG ").is_none() && o.field("SHRINK_ERR ").is_none() && o.field("NEW_GROUP_ERR ").is_none(),
+            "{}",
+            show()
+        );
         let new = o.field("NEW ").unwrap_or_else(|| panic!("{}: no new group", show()));
         let want = format!("{} {} {}", o.rank, alive.iter().position(|&r| r == o.rank).unwrap(), alive.len());
         assert_eq!(new, want, "{}", show());
@@ -264,6 +287,38 @@ fn over_rdma_a_shrink_says_it_cannot_keep_the_links() {
     for o in outs.iter().filter(|o| o.rank != 1) {
         let err = o.field("SHRINK_ERR ").unwrap_or_else(|| panic!("rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr));
         assert!(err.contains("RDMA") && err.contains("new group"), "rank {}: {err}", o.rank);
+    }
+}
+
+/// A second rank dies while the others notice the first death or vote: every survivor ends
+/// within the deadline, and those whose shrink succeeds have one and the same group, which
+/// sums right (whoever fails says so; nobody hangs, nobody gets a different group).
+#[test]
+fn a_second_death_during_the_shrink_never_gives_two_groups() {
+    let _one = one_job_at_a_time();
+    for delay_ms in [0u64, 3, 30, 100, 150, 200, 250, 300] {
+        let label = format!("4 ranks over TCP, rank 3 killed, rank 2 {delay_ms} ms later");
+        let (_, outs) = run_with_late_kill(4, Backend::Tcp, &[3], Some((2, Duration::from_millis(delay_ms))), &[]);
+        let mut groups = Vec::new();
+        for o in outs.iter().filter(|o| o.rank < 2) {
+            let show = || format!("{label}: rank {}:\n{}\n{}", o.rank, o.stdout, o.stderr);
+            assert!(o.status.success(), "{} exited {:?}", show(), o.status);
+            assert!(o.elapsed < Duration::from_secs(45), "{}: took {:?}", show(), o.elapsed);
+            assert!(o.field("WRONG ").is_none(), "{}", show());
+            // The group a successful shrink gave: its size, from its first all_sum's line or
+            // (when rank 2 was in it and died next) from the error naming rank 2.
+            match (o.field("NEW "), o.field("SHRINK_ERR "), o.field("NEW_GROUP_ERR ")) {
+                (Some(new), None, None) => groups.push(new.split(' ').nth(2).unwrap().to_string()),
+                (None, Some(err), None) => eprintln!("{label}: rank {} failed its shrink: {err}", o.rank),
+                (None, None, Some(err)) if err.contains("rank 2") => {
+                    eprintln!("{label}: rank {}'s new group lost rank 2: {err}", o.rank);
+                    groups.push("3".into());
+                }
+                _ => panic!("{}: neither a new group nor a shrink error", show()),
+            }
+        }
+        eprintln!("{label}: new group sizes of the survivors that shrank: {groups:?}");
+        assert!(groups.windows(2).all(|w| w[0] == w[1]), "{label}: two different groups: {groups:?}");
     }
 }
 
