@@ -3,8 +3,8 @@
 //! Per size: a warm-up, rank 0's time estimate shared so every rank runs the same number of
 //! timed iterations (each timed on its own), the median per rank, and the slowest rank's
 //! median reported: a collective is done when its slowest rank is. algbw = size / time;
-//! busbw = algbw × the nccl-tests factor (2(n-1)/n for all_sum, (n-1)/n for all_gather and
-//! reduce_scatter, 1 for broadcast and send/recv). The same protocol as the peers' scripts in
+//! busbw = algbw × the nccl-tests factor (2(n-1)/n for all_sum, (n-1)/n for all_gather,
+//! reduce_scatter, all_to_all, gather and scatter, 1 for broadcast, reduce and send/recv). The same protocol as the peers' scripts in
 //! `shared/bench/peers`, so the figures compare directly.
 
 use boltccl::{Collective, Group, LinkKind};
@@ -27,6 +27,14 @@ pub enum Op {
     Broadcast,
     /// send to the next rank and receive from the previous one (even ranks send first).
     Sendrecv,
+    /// all_to_all of a `size`-byte buffer (size/n to each rank) into another.
+    AllToAll,
+    /// gather to rank 0 of size/n from each rank into a `size`-byte buffer.
+    Gather,
+    /// scatter from rank 0 of a `size`-byte buffer, size/n to each rank.
+    Scatter,
+    /// in-place sum of the buffer to rank 0.
+    Reduce,
 }
 
 impl Op {
@@ -37,6 +45,10 @@ impl Op {
             Op::ReduceScatter => "reduce_scatter",
             Op::Broadcast => "broadcast",
             Op::Sendrecv => "sendrecv",
+            Op::AllToAll => "all_to_all",
+            Op::Gather => "gather",
+            Op::Scatter => "scatter",
+            Op::Reduce => "reduce",
         }
     }
 
@@ -47,6 +59,10 @@ impl Op {
             Op::ReduceScatter => Collective::ReduceScatter,
             Op::Broadcast => Collective::Broadcast,
             Op::Sendrecv => Collective::SendRecv,
+            Op::AllToAll => Collective::AllToAll,
+            Op::Gather => Collective::Gather,
+            Op::Scatter => Collective::Scatter,
+            Op::Reduce => Collective::Reduce,
         }
     }
 
@@ -54,8 +70,8 @@ impl Op {
         let n = n as f64;
         match self {
             Op::AllSum => 2.0 * (n - 1.0) / n,
-            Op::AllGather | Op::ReduceScatter => (n - 1.0) / n,
-            Op::Broadcast | Op::Sendrecv => 1.0,
+            Op::AllGather | Op::ReduceScatter | Op::AllToAll | Op::Gather | Op::Scatter => (n - 1.0) / n,
+            Op::Broadcast | Op::Sendrecv | Op::Reduce => 1.0,
         }
     }
 }
@@ -82,7 +98,7 @@ pub struct BenchArgs {
     /// a job started by `boltccl launch`, mpirun, ...).
     #[arg(short = 'n', long)]
     pub ranks: Option<usize>,
-    /// Operations to measure.
+    /// Operations to measure (all-to-all, gather, scatter and reduce too, when named).
     #[arg(
         long,
         value_enum,
@@ -266,15 +282,20 @@ impl F32Buf {
     }
 }
 
+/// Whether `op`'s buffer of `count` elements is made of one block per rank.
+fn blocked(op: Op) -> bool {
+    matches!(op, Op::AllGather | Op::ReduceScatter | Op::AllToAll | Op::Gather | Op::Scatter)
+}
+
 /// Elements a row of `size` bytes moves: whole float32 elements, divisible among `n` ranks
 /// where the operation needs it.
 fn elements(op: Op, size: usize, n: usize) -> usize {
-    let unit = if matches!(op, Op::AllGather | Op::ReduceScatter) { 4 * n } else { 4 };
+    let unit = if blocked(op) { 4 * n } else { 4 };
     (size.div_ceil(unit) * unit / 4).max(if unit == 4 { 1 } else { n })
 }
 
-/// One call of `op` on `count` elements (for all_gather and reduce_scatter, `count` is the
-/// larger buffer).
+/// One call of `op` on `count` elements (for all_gather, reduce_scatter, gather and scatter,
+/// `count` is the larger buffer; the root is rank 0).
 fn call(g: &Group, op: Op, count: usize, a: &mut [f32], b: &mut [f32]) -> boltccl::Result<()> {
     let (rank, n) = (g.rank(), g.size());
     match op {
@@ -293,6 +314,10 @@ fn call(g: &Group, op: Op, count: usize, a: &mut [f32], b: &mut [f32]) -> boltcc
                 g.send(&a[..count], to)
             }
         }
+        Op::AllToAll => g.all_to_all(&a[..count], &mut b[..count]),
+        Op::Gather => g.gather(&a[..count / n], if rank == 0 { &mut b[..count] } else { &mut [] }, 0),
+        Op::Scatter => g.scatter(if rank == 0 { &a[..count] } else { &[] }, &mut b[..count / n], 0),
+        Op::Reduce => g.reduce(&mut a[..count], boltccl::ReduceOp::Sum, 0),
     }
 }
 
@@ -429,9 +454,9 @@ fn bench(args: &BenchArgs) -> Result<bool, String> {
             all_ok &= correct != Some(false);
             let bytes = count * 4;
             bufs.touched = bufs.touched.max(match op {
-                Op::AllSum | Op::Broadcast => bytes,
-                Op::AllGather | Op::ReduceScatter => bytes + bytes / n,
-                Op::Sendrecv => 2 * bytes,
+                Op::AllSum | Op::Broadcast | Op::Reduce => bytes,
+                Op::AllGather | Op::ReduceScatter | Op::Gather | Op::Scatter => bytes + bytes / n,
+                Op::Sendrecv | Op::AllToAll => 2 * bytes,
             });
             let algbw = bytes as f64 / (median_us * 1e-6) / 1e9;
             let rec = Record {
@@ -503,14 +528,16 @@ fn fill(op: Op, rank: usize, n: usize, count: usize, a: &mut [f32], b: &mut [f32
     let m = count / n;
     let fill = |buf: &mut [f32], who: usize| buf.iter_mut().enumerate().for_each(|(i, x)| *x = value(who, i));
     match op {
-        Op::AllGather => fill(&mut a[..m], rank),
+        Op::AllGather | Op::Gather => fill(&mut a[..m], rank),
         Op::Broadcast if rank != 0 => a[..count].fill(-1.0),
+        Op::Scatter if rank != 0 => {}
         _ => fill(&mut a[..count], rank),
     }
     match op {
-        Op::AllGather | Op::Sendrecv => b[..count].fill(-1.0),
-        Op::ReduceScatter => b[..m].fill(-1.0),
-        Op::AllSum | Op::Broadcast => {}
+        Op::AllGather | Op::Sendrecv | Op::AllToAll => b[..count].fill(-1.0),
+        Op::Gather if rank == 0 => b[..count].fill(-1.0),
+        Op::ReduceScatter | Op::Scatter => b[..m].fill(-1.0),
+        Op::AllSum | Op::Broadcast | Op::Reduce | Op::Gather => {}
     }
 }
 
@@ -526,6 +553,14 @@ fn verify(op: Op, rank: usize, n: usize, count: usize, a: &[f32], b: &[f32]) -> 
         Op::Broadcast => a[..count].iter().enumerate().all(|(i, &x)| x == value(0, i)),
         Op::Sendrecv if n == 1 => true,
         Op::Sendrecv => b[..count].iter().enumerate().all(|(i, &x)| x == value((rank + n - 1) % n, i)),
+        // Block q of the output is block `rank` of rank q's input.
+        Op::AllToAll => b[..count].iter().enumerate().all(|(i, &x)| x == value(i / m, rank * m + i % m)),
+        Op::Gather if rank != 0 => true,
+        Op::Gather => b[..count].iter().enumerate().all(|(i, &x)| x == value(i / m, i % m)),
+        Op::Scatter => b[..m].iter().enumerate().all(|(i, &x)| x == value(0, rank * m + i)),
+        // The root holds the sum; the other ranks' buffers are as they were.
+        Op::Reduce if rank != 0 => a[..count].iter().enumerate().all(|(i, &x)| x == value(rank, i)),
+        Op::Reduce => a[..count].iter().enumerate().all(|(i, &x)| x == sum(i)),
     }
 }
 
@@ -533,7 +568,17 @@ fn verify(op: Op, rank: usize, n: usize, count: usize, a: &[f32], b: &[f32]) -> 
 mod tests {
     use super::*;
 
-    const OPS: [Op; 5] = [Op::AllSum, Op::AllGather, Op::ReduceScatter, Op::Broadcast, Op::Sendrecv];
+    const OPS: [Op; 9] = [
+        Op::AllSum,
+        Op::AllGather,
+        Op::ReduceScatter,
+        Op::Broadcast,
+        Op::Sendrecv,
+        Op::AllToAll,
+        Op::Gather,
+        Op::Scatter,
+        Op::Reduce,
+    ];
 
     /// Each rank's correct answer of `op`, computed here (not by boltccl): (a, b).
     fn answers(op: Op, n: usize, count: usize) -> Vec<(Vec<f32>, Vec<f32>)> {
@@ -549,6 +594,12 @@ mod tests {
                     Op::ReduceScatter => (0..m).for_each(|i| b[i] = sum(rank * m + i)),
                     Op::Broadcast => (0..count).for_each(|i| a[i] = value(0, i)),
                     Op::Sendrecv => (0..count).for_each(|i| b[i] = value((rank + n - 1) % n, i)),
+                    Op::AllToAll => (0..count).for_each(|i| b[i] = value(i / m, rank * m + i % m)),
+                    Op::Gather if rank == 0 => (0..count).for_each(|i| b[i] = value(i / m, i % m)),
+                    Op::Gather => {}
+                    Op::Scatter => (0..m).for_each(|i| b[i] = value(0, rank * m + i)),
+                    Op::Reduce if rank == 0 => (0..count).for_each(|i| a[i] = sum(i)),
+                    Op::Reduce => {}
                 }
                 (a, b)
             })
@@ -596,6 +647,31 @@ mod tests {
                     let (a, mut b) = good[2].clone();
                     (0..count).for_each(|i| b[i] = value(3, i)); // from the next rank, not the previous
                     vec![("a message from the wrong neighbour", 2, a, b)]
+                }
+                Op::AllToAll => {
+                    let (a, mut b) = good[1].clone();
+                    (0..m).for_each(|i| b[2 * m + i] = value(2, 2 * m + i)); // rank 2's own part
+                    let (a2, mut b2) = good[3].clone();
+                    let (x, y) = b2.split_at_mut(m);
+                    x.swap_with_slice(&mut y[..m]); // the parts of ranks 0 and 1 swapped
+                    vec![("rank 2's own part, not the one for rank 1", 1, a, b), ("two parts swapped", 3, a2, b2)]
+                }
+                Op::Gather => {
+                    let (a, mut b) = good[0].clone();
+                    b.copy_within(m..2 * m, 3 * m); // block 1 where block 3 belongs
+                    vec![("block 1 also in block 3's place", 0, a, b)]
+                }
+                Op::Scatter => {
+                    let (a, _) = good[1].clone();
+                    let b = good[2].1.clone();
+                    vec![("rank 2's block on rank 1", 1, a, b)]
+                }
+                Op::Reduce => {
+                    let (mut a, b) = good[0].clone();
+                    a.swap(3, 4);
+                    let (mut a2, b2) = good[2].clone();
+                    (0..count).for_each(|i| a2[i] = (0..n).map(|q| value(q, i)).sum::<f32>()); // the sum, off the root
+                    vec![("two elements swapped", 0, a, b), ("a non-root rank's buffer changed", 2, a2, b2)]
                 }
             };
             for (what, rank, a, b) in wrong {

@@ -13,8 +13,10 @@ zero-copy on contiguous CPU tensors (a non-contiguous one goes through a contigu
 completes when the call does (what DistributedDataParallel's hooks use).
 
 Supported: all_reduce (SUM, AVG, MAX, MIN), all_gather, all_gather_into_tensor,
-reduce_scatter, reduce_scatter_tensor (SUM, AVG, MAX, MIN), broadcast, barrier, send/recv and
-isend/irecv (with an explicit source), new_group; DistributedDataParallel on torch 2.x.
+reduce_scatter, reduce_scatter_tensor (SUM, AVG, MAX, MIN), broadcast, all_to_all_single (with
+and without split sizes), all_to_all, gather, scatter, reduce (any root; SUM, AVG, MAX, MIN),
+barrier, send/recv and isend/irecv (with an explicit source), new_group, abort and shutdown
+(destroy_process_group); DistributedDataParallel on torch 2.x.
 """
 
 from __future__ import annotations
@@ -100,6 +102,45 @@ def _apart(src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     a0, b0 = src.data_ptr(), out.data_ptr()
     a1, b1 = a0 + src.numel() * src.element_size(), b0 + out.numel() * out.element_size()
     return src.clone() if a0 < b1 and b0 < a1 else src
+
+
+def _adjacent(ts: Sequence[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A flat tensor over the memory of `ts` where they are contiguous pieces, one after the
+    other, of one storage (``t.chunk(n)``, ``t.split(...)``), else None."""
+    if not ts or any(not t.is_contiguous() or t.requires_grad for t in ts):
+        return None
+    first, size = ts[0], ts[0].element_size()
+    at = first.data_ptr()
+    for t in ts:
+        if t.dtype != first.dtype or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or t.data_ptr() != at:
+            return None
+        at += t.numel() * size
+    flat = torch.empty(0, dtype=first.dtype)
+    flat.set_(first.untyped_storage(), first.storage_offset(), (sum(t.numel() for t in ts),))
+    return flat
+
+
+def _scatter_back(outs: Sequence[torch.Tensor], flat: torch.Tensor) -> Callable[[], None]:
+    """Copy consecutive pieces of `flat` into `outs` (each its own size)."""
+
+    def finish() -> None:
+        at = 0
+        with torch.no_grad():
+            for o in outs:
+                o.copy_(flat[at : at + o.numel()].view(o.shape))
+                at += o.numel()
+
+    return finish
+
+
+class _ShutDown:
+    """What a process group holds after ``shutdown()``: every call is a clear error."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"this boltccl process group was shut down (destroy_process_group): {name}() cannot run on it")
+
+    def abort(self) -> None:
+        pass
 
 
 def _arr(f: torch.Tensor) -> tuple:
@@ -487,6 +528,183 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         return self._reduce_scatter_base(output, input, opts)
+
+    # -- all-to-all, gather, scatter, reduce ---------------------------------------------------
+
+    def _counts(self, t: torch.Tensor, splits: Sequence[int], what: str) -> Optional[List[int]]:
+        """Element counts per rank of `t` split along dim 0 by `splits` (torch's split sizes,
+        in rows); None where `splits` is empty (equal parts)."""
+        if not splits:
+            return None
+        if len(splits) != self._size:
+            raise ValueError(f"all_to_all_single: {what} has {len(splits)} entries, the group has {self._size} ranks")
+        rows = t.shape[0] if t.dim() > 0 else 1
+        if sum(splits) != rows or any(s < 0 for s in splits):
+            raise ValueError(f"all_to_all_single: {what} {list(splits)} must be >= 0 and sum to {what.split('_')[0]}.size(0) = {rows}")
+        row = t.numel() // rows if rows else 0
+        return [int(s) * row for s in splits]
+
+    def alltoall_base(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,  # noqa: A002
+        output_split_sizes: Sequence[int],
+        input_split_sizes: Sequence[int],
+        opts: Any = None,
+    ) -> dist.Work:
+        """all_to_all_single: input's part q (equal parts, or `input_split_sizes` rows) to rank
+        q; output gets rank q's part for this rank in rank order, zero-copy on contiguous
+        tensors."""
+        _check(input, "input")
+        _check(output, "output")
+        if input.dtype != output.dtype:
+            raise TypeError(f"all_to_all_single: input is {input.dtype} and output {output.dtype}: they must match")
+        send = self._counts(input, input_split_sizes, "input_split_sizes")
+        recv = self._counts(output, output_split_sizes, "output_split_sizes")
+        out = _flat(output)
+        src = _apart(_flat(input).reshape(-1), out)
+        arr, dt = _arr(src)
+        oarr, _ = _arr(out.reshape(-1))
+        if send is None and recv is None:
+            if src.numel() % self._size or out.numel() != src.numel():
+                raise ValueError(
+                    f"all_to_all_single without split sizes needs input and output of the same size, a multiple of "
+                    f"{self._size} (the ranks), got {src.numel()} and {out.numel()} elements: pass split sizes"
+                )
+            call = lambda a: self._g.all_to_all(arr, out=oarr, dtype=dt, async_op=a)  # noqa: E731
+        else:
+            for name, t, c in (("input", src, send), ("output", out, recv)):
+                if c is None and t.numel() % self._size:
+                    raise ValueError(f"all_to_all_single: {name} ({t.numel()} elements) does not split into {self._size} equal parts: pass {name}_split_sizes")
+            send = send if send is not None else [src.numel() // self._size] * self._size
+            recv = recv if recv is not None else [out.numel() // self._size] * self._size
+            call = lambda a: self._g.all_to_all_v(arr, send, oarr, recv, dtype=dt, async_op=a)  # noqa: E731
+        nbytes = (src.numel() + out.numel()) * out.element_size() // 2
+        return self._start([call], nbytes, [output], self._finisher([(output, out)], False))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: A002
+        return self.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        """all_to_all: input_tensors[q] to rank q, output_tensors[q] from rank q (sizes may differ
+        per rank). Zero-copy where each list is adjacent pieces of one tensor (``t.chunk(n)``),
+        else through one staging buffer each way."""
+        n = self._size
+        for what, ts in (("input_tensors", input_tensors), ("output_tensors", output_tensors)):
+            if len(ts) != n:
+                raise ValueError(f"all_to_all: {what} has {len(ts)} tensors, the group has {n} ranks")
+            for i, t in enumerate(ts):
+                _check(t, f"{what}[{i}]")
+        dtypes = {t.dtype for t in (*input_tensors, *output_tensors)}
+        if len(dtypes) != 1:
+            raise TypeError(f"all_to_all: every tensor must have one dtype, got {sorted(map(str, dtypes))}")
+        send = [t.numel() for t in input_tensors]
+        recv = [t.numel() for t in output_tensors]
+        src = _adjacent(input_tensors)
+        if src is None:
+            src = torch.cat([t.detach().reshape(-1) for t in input_tensors]) if sum(send) else torch.empty(0, dtype=input_tensors[0].dtype)
+        out = _adjacent(output_tensors)
+        copy_out = out is None
+        if copy_out:
+            out = torch.empty(sum(recv), dtype=output_tensors[0].dtype)
+        src = _apart(src, out)
+        arr, dt = _arr(src)
+        oarr, _ = _arr(out)
+        if len(set(send)) == 1 and send == recv:
+            call = lambda a: self._g.all_to_all(arr, out=oarr, dtype=dt, async_op=a)  # noqa: E731
+        else:
+            call = lambda a: self._g.all_to_all_v(arr, send, oarr, recv, dtype=dt, async_op=a)  # noqa: E731
+        return self._start([call], out.numel() * out.element_size(), list(output_tensors), _scatter_back(output_tensors, out) if copy_out else None)
+
+    def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        """gather: the root's list gets every rank's tensor (zero-copy where the list is adjacent
+        pieces of one tensor)."""
+        root = opts.rootRank if opts is not None else 0
+        if len(input_tensors) != 1:
+            raise ValueError(f"gather takes one input tensor, got {len(input_tensors)}")
+        t = input_tensors[0]
+        _check(t, "input")
+        src = _flat(t).reshape(-1)
+        if self._rank != root:
+            arr, dt = _arr(src)
+            call = lambda a: self._g.gather(arr, root, dtype=dt, async_op=a)  # noqa: E731
+            return self._start([call], src.numel() * src.element_size(), [])
+        outs = output_tensors[0] if output_tensors else []
+        if len(outs) != self._size:
+            raise ValueError(f"gather needs {self._size} output tensors on the root, got {len(outs)}")
+        for i, o in enumerate(outs):
+            _check(o, f"gather_list[{i}]")
+            if o.numel() != t.numel() or o.dtype != t.dtype:
+                raise ValueError(f"gather_list[{i}] is {o.dtype} x {o.numel()}, the input {t.dtype} x {t.numel()}: they must match")
+        out = _adjacent(outs)
+        copy_out = out is None
+        if copy_out:
+            out = torch.empty(self._size * t.numel(), dtype=t.dtype)
+        src = _apart(src, out)
+        arr, dt = _arr(src)
+        oarr, _ = _arr(out)
+        call = lambda a: self._g.gather(arr, root, out=oarr, dtype=dt, async_op=a)  # noqa: E731
+        return self._start([call], out.numel() * out.element_size(), list(outs), _scatter_back(outs, out) if copy_out else None)
+
+    def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]], opts: Any = None) -> dist.Work:
+        """scatter: rank q's tensor gets the root's list[q] (zero-copy where the list is adjacent
+        pieces of one tensor)."""
+        root = opts.rootRank if opts is not None else 0
+        if len(output_tensors) != 1:
+            raise ValueError(f"scatter takes one output tensor, got {len(output_tensors)}")
+        t = output_tensors[0]
+        _check(t, "output")
+        f = _flat(t)
+        oarr, dt = _arr(f.reshape(-1))
+        finish = self._finisher([(t, f)], False)
+        if self._rank != root:
+            call = lambda a: self._g.scatter(oarr, None, root, dtype=dt, async_op=a)  # noqa: E731
+            return self._start([call], f.numel() * f.element_size(), [t], finish)
+        ins = input_tensors[0] if input_tensors else []
+        if len(ins) != self._size:
+            raise ValueError(f"scatter needs {self._size} input tensors on the root, got {len(ins)}")
+        for i, x in enumerate(ins):
+            _check(x, f"scatter_list[{i}]")
+            if x.numel() != t.numel() or x.dtype != t.dtype:
+                raise ValueError(f"scatter_list[{i}] is {x.dtype} x {x.numel()}, the output {t.dtype} x {t.numel()}: they must match")
+        src = _adjacent(ins)
+        if src is None:
+            src = torch.cat([x.detach().reshape(-1) for x in ins])
+        src = _apart(src, f)
+        arr, _ = _arr(src)
+        call = lambda a: self._g.scatter(oarr, arr, root, dtype=dt, async_op=a)  # noqa: E731
+        return self._start([call], src.numel() * src.element_size(), [t], finish)
+
+    def reduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        """reduce: the root's tensor gets every rank's reduced with SUM, AVG (floating point),
+        MAX or MIN, the bits all_reduce gives; the other ranks' tensors are left as they were."""
+        root = opts.rootRank if opts is not None else 0
+        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        if len(tensors) != 1:
+            raise ValueError(f"reduce takes one tensor, got {len(tensors)}")
+        t = tensors[0]
+        _check(t, "tensor")
+        name, divide = _reduce_op(reduce_op, t.dtype)
+        f = _flat(t)
+        arr, dt = _arr(f)
+        call = lambda a: self._g.reduce(arr, root, dtype=dt, op=name, async_op=a)  # noqa: E731
+        finish = self._finisher([(t, f)], divide) if self._rank == root else None
+        return self._start([call], f.numel() * f.element_size(), [t], finish)
+
+    # -- failure handling -----------------------------------------------------------------------
+
+    def abort(self) -> None:
+        """Abort the boltccl group (``torch.distributed``'s abort path): a call blocked on any
+        thread raises ``boltccl.PeerLostError`` (kind "aborted") at once, and every other rank
+        learns within moments. Never blocks."""
+        g = getattr(self, "_g", None)
+        if g is not None:
+            g.abort()
+
+    def shutdown(self) -> None:
+        """Release the boltccl group (``destroy_process_group``): calls started before finish
+        first; a later call on this group is a RuntimeError."""
+        self._g = _ShutDown()
 
     def barrier(self, opts: Any = None) -> dist.Work:
         return self._start([lambda a: self._g.barrier(async_op=a)], 0, [])

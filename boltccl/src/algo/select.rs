@@ -79,10 +79,13 @@ pub(crate) enum ReducePlan {
     AllReduce(AllReducePlan),
 }
 
-/// The all-to-all of `bytes` (the whole input). Forced `ring`: the pairwise rounds (round 1
+/// The all-to-all's schedule, whatever its size. Forced `ring`: the pairwise rounds (round 1
 /// is the ring's neighbours); every other value, and `auto`, all peers at once. Auto never
 /// picks the rounds: each rank's link carries the same bytes either way, and the rounds add a
-/// wait per peer (measured on shared memory and TCP: docs/benchmarks.md).
+/// wait per peer (4 ranks over shared memory: 1.3-2.2x the time at 16 B, 1.02-1.18x at 1 MiB;
+/// docs/benchmarks.md, 2026-12-02). On 4 ranks sharing 2 cores the rounds were faster from
+/// 16 MiB (fewer copies competing for the cores), in a loaded run only: to be measured again
+/// before auto takes them for large calls.
 pub(crate) fn all_to_all(cfg: &Config) -> AllToAllPlan {
     match cfg.algo {
         Algo::Ring => AllToAllPlan::Pairwise,
