@@ -248,10 +248,11 @@ fn heal_lead(cluster: &mut Cluster, e: anyhow::Error, job: Option<&engine::Job>,
     if let Some(job) = job {
         let why = format!(
             "generation failed: {} of the {before} ranks {} lost during this request; the cluster healed to {} \
-             rank{plural}, which serve the next requests: send this one again",
+             rank{plural}, which {} the next requests: send this one again",
             lost.names(),
             if lost.ranks.len() == 1 { "was" } else { "were" },
-            lost.size
+            lost.size,
+            if lost.size == 1 { "serves" } else { "serve" }
         );
         let _ = job.events.send(engine::Event::Lost(why));
     }
