@@ -515,6 +515,34 @@ fn a_rank_killed_mid_answer_heals_3_to_2_and_the_next_answer_is_the_2_rank_text(
 }
 
 #[test]
+fn a_middle_rank_killed_between_requests_heals_too() {
+    let Some(model) = model() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let prompt = "The capital of France is";
+    let want = cli(&model, &["--local-ranks", "2", "--raw", "--prompt", prompt, "--max-tokens", "12"]);
+    let mut s = Server::start_n(&model, 3, &[]);
+    // Idle: rank 2 is waiting in the engine's broadcast, rank 0 between heartbeats. Rank 1
+    // goes, so rank 2 becomes rank 1 of 2.
+    s.signal(1, "-KILL");
+    let _ = s.ranks[1].wait();
+    for r in [0, 2] {
+        let until = Instant::now() + Duration::from_secs(60);
+        while !s.log(r).contains("healed") {
+            assert!(Instant::now() < until, "rank {r} did not heal:\n{}", s.log(r));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert!(s.log(0).contains("healed: rank 1 lost, serving on 2 ranks"), "{}", s.log(0));
+    assert!(s.log(2).contains("now rank 1 of 2"), "{}", s.log(2));
+    let (code, v) = post(&s, "/v1/completions", &completion(prompt, 12));
+    assert_eq!((code, v["choices"][0]["text"].as_str()), (200, Some(want.as_str())), "{v}");
+    s.signal(0, "-TERM");
+    let st0 = s.wait(0, Duration::from_secs(60));
+    let st2 = s.wait(2, Duration::from_secs(60));
+    assert!(st0.success() && st2.success(), "rank 0: {st0}, rank 2: {st2}\n{}\n{}", s.log(0), s.log(2));
+}
+
+#[test]
 fn rank_0_dying_makes_the_followers_leave_with_a_message() {
     let Some(model) = model() else { return };
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
