@@ -1,10 +1,13 @@
-//! `boltccl-llm serve` end to end: two rank processes joined by boltccl (as `boltccl launch
-//! -n 2` starts them), driven over HTTP with curl and, for the disconnect, a raw socket, on the
-//! real SmolLM2-135M-Instruct GGUF. Greedy answers equal the CLI's, streamed and not; bad
-//! requests get OpenAI-shaped 4xx errors and change nothing; concurrent requests are all
-//! answered, one at a time, and a full queue says 429; a client that disconnects mid-stream
-//! stops its generation and the next request is answered; SIGTERM stops both ranks cleanly; a
-//! rank killed mid-stream gives the client a 5xx-shaped error and rank 0 a non-zero exit.
+//! `boltccl-llm serve` end to end: two or three rank processes joined by boltccl (started
+//! directly, with the environment `boltccl launch` gives them), driven over HTTP with curl and,
+//! for the disconnect, a raw socket, on the real SmolLM2-135M-Instruct GGUF. Greedy answers
+//! equal the CLI's, streamed and not; bad requests get OpenAI-shaped 4xx errors and change
+//! nothing; concurrent requests are all answered, one at a time, and a full queue says 429; a
+//! client that disconnects mid-stream stops its generation and the next request is answered;
+//! SIGTERM stops the ranks cleanly. A rank killed mid-stream or between requests: the
+//! survivors heal to a smaller group that answers the next request with a fresh run's text at
+//! that size, the broken request getting a 503 `rank_lost`; rank 0 killed: the others leave;
+//! with `--no-heal`, a 5xx-shaped error and rank 0 a non-zero exit.
 //! Skipped, with a message, without the model file (in CI that fails instead). Every wait has
 //! a deadline.
 
