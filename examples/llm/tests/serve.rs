@@ -1,10 +1,13 @@
-//! `boltccl-llm serve` end to end: two rank processes joined by boltccl (as `boltccl launch
-//! -n 2` starts them), driven over HTTP with curl and, for the disconnect, a raw socket, on the
-//! real SmolLM2-135M-Instruct GGUF. Greedy answers equal the CLI's, streamed and not; bad
-//! requests get OpenAI-shaped 4xx errors and change nothing; concurrent requests are all
-//! answered, one at a time, and a full queue says 429; a client that disconnects mid-stream
-//! stops its generation and the next request is answered; SIGTERM stops both ranks cleanly; a
-//! rank killed mid-stream gives the client a 5xx-shaped error and rank 0 a non-zero exit.
+//! `boltccl-llm serve` end to end: two or three rank processes joined by boltccl (started
+//! directly, with the environment `boltccl launch` gives them), driven over HTTP with curl and,
+//! for the disconnect, a raw socket, on the real SmolLM2-135M-Instruct GGUF. Greedy answers
+//! equal the CLI's, streamed and not; bad requests get OpenAI-shaped 4xx errors and change
+//! nothing; concurrent requests are all answered, one at a time, and a full queue says 429; a
+//! client that disconnects mid-stream stops its generation and the next request is answered;
+//! SIGTERM stops the ranks cleanly. A rank killed mid-stream or between requests: the
+//! survivors heal to a smaller group that answers the next request with a fresh run's text at
+//! that size, the broken request getting a 503 `rank_lost`; rank 0 killed: the others leave;
+//! with `--no-heal`, a 5xx-shaped error and rank 0 a non-zero exit.
 //! Skipped, with a message, without the model file (in CI that fails instead). Every wait has
 //! a deadline.
 
@@ -26,7 +29,7 @@ const DEADLINE_MS: u64 = 5000;
 /// The tests start servers of their own: one at a time on a small machine.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// A two-rank server: rank 0 listens on a free port, rank 1 follows.
+/// A server of a few ranks: rank 0 listens on a free port, the others follow.
 struct Server {
     ranks: Vec<Child>,
     base: String,
@@ -35,11 +38,18 @@ struct Server {
 }
 
 impl Server {
+    /// Two ranks.
     fn start(model: &Path, extra: &[&str]) -> Server {
+        Self::start_n(model, 2, extra)
+    }
+
+    /// `n` rank processes started directly (not under `boltccl launch`, which stops every
+    /// rank when one dies).
+    fn start_n(model: &Path, n: usize, extra: &[&str]) -> Server {
         let port = boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
         let mut ranks = Vec::new();
         let mut logs = Vec::new();
-        for r in 0..2 {
+        for r in 0..n {
             let mut child = Command::new(env!("CARGO_BIN_EXE_boltccl-llm"))
                 .arg("serve")
                 .arg("--model")
@@ -47,7 +57,7 @@ impl Server {
                 .args(["--port", "0"])
                 .args(extra)
                 .env("BOLTCCL_RANK", r.to_string())
-                .env("BOLTCCL_WORLD_SIZE", "2")
+                .env("BOLTCCL_WORLD_SIZE", n.to_string())
                 .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
                 .env("BOLTCCL_JOB_KEY", "serve-test")
                 // Short, so that the idle wait below outlasts it.
@@ -404,24 +414,161 @@ fn serve_answers_like_the_cli_rejects_bad_requests_queues_and_survives_disconnec
     assert!(st0.success() && st1.success(), "rank 0: {st0}, rank 1: {st1}\n{}\n{}", s.log(0), s.log(1));
 }
 
-#[test]
-fn a_rank_dying_mid_stream_gives_an_error_and_a_nonzero_exit() {
-    let Some(model) = model() else { return };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let mut s = Server::start(&model, &[]);
-    // A long stream; rank 1 is killed once it has begun.
-    let (mut sock, mut seen) = start_stream(&s, &completion("1, 2, 3, 4, 5,", 4000), 3);
-    s.signal(1, "-KILL");
-    let until = Instant::now() + Duration::from_secs(120);
+/// Reads the rest of a stream begun by [`start_stream`], at most `limit`.
+fn read_to_end(sock: &mut TcpStream, seen: &mut Vec<u8>, limit: Duration, why: &str) {
+    let until = Instant::now() + limit;
     let mut buf = [0u8; 4096];
     loop {
-        assert!(Instant::now() < until, "the stream went on after rank 1 died");
+        assert!(Instant::now() < until, "the stream went on {why}: {}", String::from_utf8_lossy(seen));
         match sock.read(&mut buf) {
             Ok(0) => break,
             Ok(k) => seen.extend_from_slice(&buf[..k]),
             Err(e) => panic!("reading the stream: {e}"),
         }
     }
+}
+
+/// A streamed request through curl, read as it comes: every `data:` event's JSON, whether
+/// `[DONE]` ended it, and when the first piece of text and the end came.
+fn post_stream_timed(s: &Server, path: &str, req: &Value) -> (Vec<Value>, bool, Option<Instant>, Instant) {
+    let mut req = req.clone();
+    req["stream"] = json!(true);
+    let mut child = Command::new("curl")
+        .args(["-sS", "-N", "--max-time", "300", "-H", "Content-Type: application/json", "--data-binary", "@-"])
+        .arg(format!("{}{path}", s.base))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("curl (apt-get install curl)");
+    child.stdin.take().unwrap().write_all(req.to_string().as_bytes()).unwrap();
+    let (mut events, mut done, mut first) = (Vec::new(), false, None);
+    for line in BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok) {
+        let Some(data) = line.strip_prefix("data: ") else { continue };
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}"));
+        if first.is_none() && !streamed_text(std::slice::from_ref(&v)).is_empty() {
+            first = Some(Instant::now());
+        }
+        events.push(v);
+    }
+    let end = Instant::now();
+    assert!(child.wait().unwrap().success(), "curl failed");
+    (events, done, first, end)
+}
+
+#[test]
+fn a_rank_killed_mid_answer_heals_3_to_2_and_the_next_answer_is_the_2_rank_text() {
+    let Some(model) = model() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let prompt = "The capital of France is";
+    // What a fresh 2-rank run says (the CLI, two ranks in one process).
+    let want = cli(&model, &["--local-ranks", "2", "--raw", "--prompt", prompt, "--max-tokens", "24"]);
+    assert!(want.contains("Paris"), "{want}");
+    let mut s = Server::start_n(&model, 3, &[]);
+    // A long stream; rank 2 is killed once it has begun.
+    let (mut sock, mut seen) = start_stream(&s, &completion("1, 2, 3, 4, 5,", 4000), 3);
+    let killed = Instant::now();
+    s.signal(2, "-KILL");
+    read_to_end(&mut sock, &mut seen, Duration::from_secs(120), "after rank 2 died");
+    let seen = String::from_utf8_lossy(&seen);
+    let event = seen
+        .split("data: ")
+        .filter_map(|e| serde_json::from_str::<Value>(e.split("\n").next().unwrap().trim()).ok())
+        .find(|v| v.get("error").is_some())
+        .unwrap_or_else(|| panic!("no error event after rank 2 died: {seen}"));
+    assert_error_shape(503, &event, 503, "server_error");
+    assert_eq!(event["error"]["code"], "rank_lost", "{event}");
+    let message = event["error"]["message"].as_str().unwrap();
+    assert!(message.contains("rank 2 of the 3") && message.contains("healed to 2 ranks"), "{message}");
+    assert!(!seen.contains("[DONE]"), "a broken stream must not end with [DONE]: {seen}");
+    let error_at = killed.elapsed();
+
+    // The next request, sent at once: answered by ranks 0 and 1 alone, with the 2-rank text.
+    let mut req = completion(prompt, 24);
+    req["stream_options"] = json!({"include_usage": true});
+    let (events, done, first, end) = post_stream_timed(&s, "/v1/completions", &req);
+    assert!(done, "no [DONE]: {events:?}");
+    assert_eq!(streamed_text(&events), want, "after the heal, not the fresh 2-rank run's text");
+    let first = first.expect("no text").duration_since(killed);
+    let end = end.duration_since(killed);
+    eprintln!(
+        "heal 3 -> 2: the error event {:.0} ms after the kill; the next request's first token {:.0} ms, its end \
+         ({} tokens) {:.0} ms",
+        error_at.as_secs_f64() * 1e3,
+        first.as_secs_f64() * 1e3,
+        events.last().unwrap()["usage"]["completion_tokens"],
+        end.as_secs_f64() * 1e3
+    );
+    for r in 0..2 {
+        let healed = s.wait_for_log(r, "healed", Duration::from_secs(10));
+        assert!(healed.contains("rank 2 lost"), "{healed}");
+    }
+    eprintln!("{}", s.wait_for_log(0, "healed", Duration::from_secs(1)));
+    let (code, v) = get(&s, "/health");
+    assert_eq!(code, 200, "{v}");
+    // And it stops cleanly, as two.
+    s.signal(0, "-TERM");
+    let st0 = s.wait(0, Duration::from_secs(60));
+    let st1 = s.wait(1, Duration::from_secs(60));
+    assert!(st0.success() && st1.success(), "rank 0: {st0}, rank 1: {st1}\n{}\n{}", s.log(0), s.log(1));
+}
+
+#[test]
+fn a_middle_rank_killed_between_requests_heals_too() {
+    let Some(model) = model() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let prompt = "The capital of France is";
+    let want = cli(&model, &["--local-ranks", "2", "--raw", "--prompt", prompt, "--max-tokens", "12"]);
+    let mut s = Server::start_n(&model, 3, &[]);
+    // Idle: rank 2 is waiting in the engine's broadcast, rank 0 between heartbeats. Rank 1
+    // goes, so rank 2 becomes rank 1 of 2.
+    s.signal(1, "-KILL");
+    let _ = s.ranks[1].wait();
+    for r in [0, 2] {
+        let until = Instant::now() + Duration::from_secs(60);
+        while !s.log(r).contains("healed") {
+            assert!(Instant::now() < until, "rank {r} did not heal:\n{}", s.log(r));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    assert!(s.log(0).contains("healed: rank 1 lost, serving on 2 ranks"), "{}", s.log(0));
+    assert!(s.log(2).contains("now rank 1 of 2"), "{}", s.log(2));
+    let (code, v) = post(&s, "/v1/completions", &completion(prompt, 12));
+    assert_eq!((code, v["choices"][0]["text"].as_str()), (200, Some(want.as_str())), "{v}");
+    s.signal(0, "-TERM");
+    let st0 = s.wait(0, Duration::from_secs(60));
+    let st2 = s.wait(2, Duration::from_secs(60));
+    assert!(st0.success() && st2.success(), "rank 0: {st0}, rank 2: {st2}\n{}\n{}", s.log(0), s.log(2));
+}
+
+#[test]
+fn rank_0_dying_makes_the_followers_leave_with_a_message() {
+    let Some(model) = model() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Server::start_n(&model, 3, &[]);
+    let (sock, _) = start_stream(&s, &completion("1, 2, 3, 4, 5,", 4000), 3);
+    s.signal(0, "-KILL");
+    drop(sock);
+    for r in 1..3 {
+        let st = s.wait(r, Duration::from_secs(60));
+        assert!(!st.success(), "rank {r} exited 0 after rank 0 died:\n{}", s.log(r));
+        assert!(s.log(r).contains("rank 0, which served HTTP, is gone"), "rank {r}:\n{}", s.log(r));
+    }
+}
+
+#[test]
+fn without_healing_a_rank_dying_mid_stream_gives_an_error_and_a_nonzero_exit() {
+    let Some(model) = model() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Server::start(&model, &["--no-heal"]);
+    // A long stream; rank 1 is killed once it has begun.
+    let (mut sock, mut seen) = start_stream(&s, &completion("1, 2, 3, 4, 5,", 4000), 3);
+    s.signal(1, "-KILL");
+    read_to_end(&mut sock, &mut seen, Duration::from_secs(120), "after rank 1 died");
     let seen = String::from_utf8_lossy(&seen);
     assert!(seen.contains("\"type\":\"server_error\""), "no error event after rank 1 died: {seen}");
     assert!(!seen.contains("[DONE]"), "a broken stream must not end with [DONE]: {seen}");

@@ -221,6 +221,9 @@ pub enum Event {
     },
     /// The cluster failed during this request; the server is stopping.
     Error(String),
+    /// A rank was lost during this request and the others healed: the message says which and
+    /// how many are left. The request may be sent again.
+    Lost(String),
 }
 
 /// One queued request, as the HTTP side hands it to the worker.
@@ -244,38 +247,55 @@ pub fn heartbeat() -> Duration {
     Duration::from_millis((deadline_ms / 4).clamp(10, 1000))
 }
 
+/// Why [`lead`] stopped early: a failed cluster (a rank died or fell out of step).
+#[derive(Debug)]
+pub struct Failure {
+    /// What failed.
+    pub error: anyhow::Error,
+    /// The request it broke, not yet told (`None` when it failed between requests).
+    pub job: Option<Job>,
+}
+
+impl Failure {
+    fn idle(error: anyhow::Error) -> Self {
+        Failure { error, job: None }
+    }
+}
+
 /// Rank 0's generation worker: takes jobs from the queue one at a time and runs them on every
 /// rank; heartbeats while idle; tells the others to shut down when the queue closes, or, with
-/// `closing` set, as soon as the queue is empty. An error is a failed cluster (a rank died or
-/// fell out of step): the current request is told, and the error returned.
+/// `closing` set, as soon as the queue is empty. A failure returns the error and the request
+/// it broke, for the caller to tell once it knows whether the cluster healed; the queue is
+/// left as it is. `served` numbers the requests in the log, across calls.
 pub fn lead(
     model: &Model,
     comm: &dyn Comm,
     tok: &Tokenizer,
     jobs: &Receiver<Job>,
     closing: &AtomicBool,
-) -> anyhow::Result<()> {
+    served: &mut u64,
+) -> Result<(), Failure> {
     let beat = heartbeat();
-    let mut served = 0u64;
     loop {
         let job = match jobs.recv_timeout(beat) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) if closing.load(Ordering::Relaxed) => {
-                return send_command(comm, &Command::Shutdown)
+                return send_command(comm, &Command::Shutdown).map_err(Failure::idle)
             }
             Err(RecvTimeoutError::Timeout) => {
-                send_command(comm, &Command::Idle)?;
+                send_command(comm, &Command::Idle).map_err(Failure::idle)?;
                 continue;
             }
-            Err(RecvTimeoutError::Disconnected) => return send_command(comm, &Command::Shutdown),
+            Err(RecvTimeoutError::Disconnected) => {
+                return send_command(comm, &Command::Shutdown).map_err(Failure::idle)
+            }
         };
         if job.events.is_closed() {
             continue; // the client left while queued
         }
-        served += 1;
-        if let Err(e) = run_one(model, comm, tok, &job, served) {
-            let _ = job.events.send(Event::Error(format!("{e:#}")));
-            return Err(e);
+        *served += 1;
+        if let Err(error) = run_one(model, comm, tok, &job, *served) {
+            return Err(Failure { error, job: Some(job) });
         }
     }
 }

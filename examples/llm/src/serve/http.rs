@@ -246,6 +246,7 @@ async fn whole(out: Out, mut rx: UnboundedReceiver<Event>) -> Result<Response, A
                 return Ok(json_response(StatusCode::OK, &body));
             }
             Some(Event::Error(why)) => return Err(cluster_failed(&why)),
+            Some(Event::Lost(why)) => return Err(rank_lost(why)),
             None => return Err(cluster_failed("the generation worker stopped")),
         }
     }
@@ -253,6 +254,11 @@ async fn whole(out: Out, mut rx: UnboundedReceiver<Event>) -> Result<Response, A
 
 fn cluster_failed(why: &str) -> ApiError {
     ApiError::server(500, "cluster_failed", format!("generation failed: {why}; the server is stopping"))
+}
+
+/// A rank died during the request and the others healed: 503, worth retrying.
+fn rank_lost(why: String) -> ApiError {
+    ApiError::server(503, "rank_lost", why)
 }
 
 /// Answers as server-sent events: `data: {chunk}` lines, then `data: [DONE]`. The body owns
@@ -288,6 +294,10 @@ fn stream(out: Out, rx: UnboundedReceiver<Event>) -> Response {
             }
             Some(Event::Error(why)) => {
                 sse(&mut buf, &cluster_failed(&why).to_json());
+                st.done = true;
+            }
+            Some(Event::Lost(why)) => {
+                sse(&mut buf, &rank_lost(why).to_json());
                 st.done = true;
             }
             None => {

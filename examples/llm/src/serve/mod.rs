@@ -6,14 +6,18 @@
 //! ([`engine::follow`]). See [`engine`] for how they stay in step.
 //!
 //! Failures: a bad request gets a 4xx in OpenAI's error shape and changes nothing; a full
-//! queue a 429; a failed cluster (a rank died) a 5xx for the request it broke and every one
-//! after, and the server then stops with a non-zero status. SIGTERM or ctrl-c stop it
-//! gracefully: no new connections, the requests under way finish, then the other ranks are
-//! told to stop.
+//! queue a 429. A rank that dies breaks the request under way (503, naming it), and the
+//! survivors heal ([`heal`]): they shrink the group to themselves, cut new shards from the
+//! mapped file, and serve the next requests at the smaller size. When healing is off
+//! (`--no-heal`) or fails, or the failure is not a lost rank, the request it broke and every
+//! one after get a 5xx and the server stops with a non-zero status; when rank 0 dies, the
+//! others leave. SIGTERM or ctrl-c stop it gracefully: no new connections, the requests under
+//! way finish, then the other ranks are told to stop.
 
 pub mod api;
 pub mod chat;
 pub mod engine;
+pub mod heal;
 pub mod http;
 
 use std::io::Write;
@@ -26,11 +30,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 
-use crate::comm::{Comm, SingleRank};
+use crate::comm::SingleRank;
 use crate::loader::{self, Checkpoint};
-use crate::model::{LoadOptions, Model, WeightMode};
-use crate::shard::ShardPlan;
 use chat::ChatTemplate;
+use heal::{Cluster, Link};
 
 /// How long rank 0 lets the requests under way finish after SIGTERM or ctrl-c.
 const DRAIN: Duration = Duration::from_secs(60);
@@ -66,6 +69,10 @@ pub struct ServeArgs {
     /// CPU threads per rank (default: every core this process may run on).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// When a rank dies, stop the server (exit 1) instead of healing: by default the ranks
+    /// still there shrink the group to themselves, re-shard the model, and serve on.
+    #[arg(long)]
+    pub no_heal: bool,
 }
 
 /// A line on stderr, ignoring a closed stderr (the launcher relaying it may have gone first).
@@ -83,19 +90,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.max_queue >= 1, "--max-queue must be at least 1");
     let Checkpoint { weights, tokenizer, chat_template } = loader::open(&args.model)?;
     let tok = Arc::new(tokenizer.context("serve needs a tokenizer: give it a GGUF file, which carries one")?);
-    let comm: Box<dyn Comm> = if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
-        Box::new(boltccl::init().context("joining the boltccl group")?)
+    let link = if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
+        Link::Group(boltccl::init().context("joining the boltccl group")?)
     } else {
-        Box::new(SingleRank)
+        Link::Single(SingleRank)
     };
     let cfg = weights.config().clone();
-    let plan = ShardPlan::new(&cfg, comm.rank(), comm.size())?;
-    let model = Model::load_with(weights.as_ref(), plan, LoadOptions { weights: WeightMode::Q8 })?;
-    drop(weights);
-    if comm.rank() != 0 {
+    // The mapped file stays open: a heal cuts new shards from it.
+    let mut cluster = Cluster::new(weights, link)?;
+    let heal = !args.no_heal;
+    if cluster.comm().rank() != 0 {
         leave_after_signal_unless_told();
-        return engine::follow(&model, comm.as_ref(), tok.eos)
-            .with_context(|| format!("rank {} following rank 0", comm.rank()));
+        let me = cluster.first_rank();
+        return follow(&mut cluster, tok.eos, heal).with_context(|| format!("rank {me} following rank 0"));
     }
 
     let template = match &args.chat_template {
@@ -150,10 +157,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let closing = AtomicBool::new(false);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
 
+    let size = cluster.comm().size();
     std::thread::scope(|s| {
-        let (model, comm, tok, shared_w, closing) = (&model, comm.as_ref(), &tok, shared.clone(), &closing);
+        let (tok, shared_w, closing) = (&tok, shared.clone(), &closing);
         let worker = s.spawn(move || {
-            let r = engine::lead(model, comm, tok, &queue, closing);
+            let mut served = 0;
+            let r = loop {
+                let f = match engine::lead(cluster.model(), cluster.comm(), tok, &queue, closing, &mut served) {
+                    Ok(()) => break Ok(()),
+                    Err(f) => f,
+                };
+                match heal_lead(&mut cluster, f.error, f.job.as_ref(), heal) {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        if let Some(job) = f.job {
+                            let _ = job.events.send(engine::Event::Error(format!("{e:#}")));
+                        }
+                        break Err(e);
+                    }
+                }
+            };
             if let Err(e) = &r {
                 let why = format!("the cluster failed: {e:#}");
                 log(&why);
@@ -170,8 +193,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::from_std(listener)?;
             log(&format!(
                 "listening on http://{local} (model `{model_id}`, tensor-parallel over {} rank{}, context {context})",
-                comm.size(),
-                if comm.size() == 1 { "" } else { "s" }
+                size,
+                if size == 1 { "" } else { "s" }
             ));
             let (stopping, mut stopping_rx) = tokio::sync::watch::channel(false);
             let stop = async move {
@@ -209,6 +232,65 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         log("stopped; the other ranks were told to stop");
         Ok(())
     })
+}
+
+/// Rank 0, after its worker failed with `e` during `job` (or between requests): heal when
+/// `heal` is on and `e` is a lost rank, telling `job` which rank was lost and that it may be
+/// sent again, else (or when the heal fails) the error to stop on.
+fn heal_lead(cluster: &mut Cluster, e: anyhow::Error, job: Option<&engine::Job>, heal: bool) -> anyhow::Result<()> {
+    if !heal || heal::blamed(&e).is_none() {
+        return Err(e);
+    }
+    let before = cluster.comm().size();
+    log(&format!("a rank was lost ({e:#}); healing"));
+    let lost = cluster.shrink(&e)?;
+    let plural = if lost.size == 1 { "" } else { "s" };
+    if let Some(job) = job {
+        let why = format!(
+            "generation failed: {} of the {before} ranks {} lost during this request; the cluster healed to {} \
+             rank{plural}, which {} the next requests: send this one again",
+            lost.names(),
+            if lost.ranks.len() == 1 { "was" } else { "were" },
+            lost.size,
+            if lost.size == 1 { "serves" } else { "serve" }
+        );
+        let _ = job.events.send(engine::Event::Lost(why));
+    }
+    let cut = cluster.reshard()?;
+    log(&format!(
+        "healed: {} lost, serving on {} rank{plural} (shrink {:.0} ms, re-shard {:.0} ms)",
+        lost.names(),
+        lost.size,
+        lost.took.as_secs_f64() * 1e3,
+        cut.as_secs_f64() * 1e3
+    ));
+    Ok(())
+}
+
+/// A follower's life: follow rank 0; when a rank is lost, heal (unless `heal` is off) and
+/// follow on in the smaller group.
+fn follow(cluster: &mut Cluster, eos: Option<u32>, heal: bool) -> anyhow::Result<()> {
+    loop {
+        let e = match engine::follow(cluster.model(), cluster.comm(), eos) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if !heal || heal::blamed(&e).is_none() {
+            return Err(e);
+        }
+        log(&format!("rank {}: a rank was lost ({e:#}); healing", cluster.first_rank()));
+        let lost = cluster.shrink(&e)?;
+        let cut = cluster.reshard()?;
+        log(&format!(
+            "rank {}: healed, {} lost; now rank {} of {} (shrink {:.0} ms, re-shard {:.0} ms)",
+            cluster.first_rank(),
+            lost.names(),
+            cluster.comm().rank(),
+            lost.size,
+            lost.took.as_secs_f64() * 1e3,
+            cut.as_secs_f64() * 1e3
+        ));
+    }
 }
 
 /// Resolves on SIGTERM or ctrl-c.
