@@ -13,6 +13,6 @@ per="${1:-910}"
 export BOLTCCL_TEST_CYCLES="$per" CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}"
 start=$(date +%s)
 echo "== $per init/teardown cycles per fault setting, 11 settings ($((per * 11)) cycles)"
-cargo test -p boltccl --test verbs_faults init_teardown_cycles_with_injected_failures_leak_nothing -- --nocapture 2>&1 |
+cargo test -p boltccl --test verbs_faults init_teardown_cycles_with_injected_failures_leak_nothing -- --include-ignored --nocapture 2>&1 |
     grep -E 'init/teardown|test result|panicked|cycle [0-9]+:'
 echo "== $(( $(date +%s) - start )) s"

@@ -18,7 +18,7 @@ start=$(date +%s)
 run() {
     local t0=$SECONDS log status=0
     log=$(mktemp)
-    cargo test --release "$@" -- --nocapture --test-threads=2 >"$log" 2>&1 || status=$?
+    cargo test --release "$@" -- --include-ignored --nocapture --test-threads=2 >"$log" 2>&1 || status=$?
     grep -E '^fuzz ' "$log" || true
     if [ "$status" -ne 0 ]; then
         grep -v '^ *[0-9]*: \|^ *at ' "$log" | tail -60 >&2

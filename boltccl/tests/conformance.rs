@@ -38,6 +38,7 @@ fn run_in_process(n: usize, algo: Algo) -> Vec<u64> {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn in_process_every_world_size_and_algorithm() {
     for n in 1..=8 {
         let mut rank_order_digest = None;
@@ -68,6 +69,7 @@ fn tcp_worker() {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn tcp_processes_every_world_size_and_algorithm() {
     let mut per_world: HashMap<(usize, Algo), String> = HashMap::new();
     for n in 1..=8 {
@@ -115,6 +117,7 @@ fn tcp_processes_every_world_size_and_algorithm() {
 /// for room; and 4 KiB pieces pulled straight from the sender's memory (shorter ones through
 /// the ring). The bits equal TCP's and the in-process transport's.
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn shm_processes_every_world_size_and_algorithm() {
     let variants = [
         ("1048576", CHUNK, "65536", vec![1, 2, 3, 4, 5, 6, 7, 8]),

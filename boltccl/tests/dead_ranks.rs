@@ -230,6 +230,7 @@ fn stopped_rank_is_named_on_every_rank_in_a_ring_over_shared_memory() {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn stopped_rank_is_named_on_every_rank_in_a_ring_over_verbs() {
     stopped_in_a_ring(Backend::Verbs);
 }
@@ -249,6 +250,7 @@ fn killed_coordinator_is_named_long_before_the_deadline_over_shared_memory() {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn killed_coordinator_is_named_long_before_the_deadline_over_verbs() {
     for n in 2..=4 {
         killed(n, Backend::Verbs, &[0]);
@@ -269,6 +271,7 @@ fn two_ranks_killed_at_once_over_shared_memory() {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn two_ranks_killed_at_once_over_verbs() {
     killed(3, Backend::Verbs, &[0, 2]);
     killed(4, Backend::Verbs, &[0, 3]);
@@ -290,6 +293,7 @@ fn stopped_coordinator_fails_the_others_at_the_deadline_over_shared_memory() {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn stopped_coordinator_fails_the_others_at_the_deadline_over_verbs() {
     for n in 2..=4 {
         stopped(n, Backend::Verbs, "auto", 0);

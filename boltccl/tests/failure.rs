@@ -148,6 +148,7 @@ fn killed_rank_is_named_by_every_survivor_long_before_the_deadline() {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn stopped_rank_fails_the_others_at_the_deadline() {
     for backend in BACKENDS {
         // At the deadline: from three quarters of it (it counts from the last progress, a little

@@ -372,6 +372,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[test]
 #[ignore = "a benchmark: scripts/bench.sh shrink"]
 fn shrink_times() {
+    if common::harness::not_in_a_debug_build("shrink_times", "scripts/bench.sh shrink") {
+        return;
+    }
     let _one = one_job_at_a_time();
     let runs: usize = std::env::var("SHRINK_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     println!(

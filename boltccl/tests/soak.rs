@@ -531,6 +531,9 @@ fn report(t: &Totals, elapsed: Duration) -> String {
 #[test]
 #[ignore = "the chaos soak: scripts/soak.sh runs it (root, release build)"]
 fn chaos_soak() {
+    if common::harness::not_in_a_debug_build("chaos_soak", "scripts/soak.sh") {
+        return;
+    }
     let seconds: u64 = env("SOAK_SECONDS").parse().unwrap_or(60);
     let mut seed: u64 = env("SOAK_SEED").parse().unwrap_or_else(|_| now_ms());
     eprintln!("soak: {seconds} s, first job seed {seed}");

@@ -47,11 +47,13 @@ fn conformance_2_ranks_full_mesh() {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn conformance_3_ranks_full_mesh() {
     conformance(3, &[Algo::Auto, Algo::Direct, Algo::Ring]);
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn conformance_4_ranks_full_mesh() {
     conformance(4, &[Algo::Auto, Algo::Mesh, Algo::Direct, Algo::Ring]);
 }
@@ -59,6 +61,7 @@ fn conformance_4_ranks_full_mesh() {
 /// Zero-copy sends (raw packets from caller memory after a header packet), with a cache of 3
 /// registrations per queue pair so that eviction and the staged fallback both happen.
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn conformance_3_ranks_zero_copy() {
     let mut env = verbs_env(3);
     env.extend([
@@ -93,11 +96,13 @@ fn conformance_3_ranks_zero_copy() {
 /// Rings: neighbours over RDMA; with `ring` only neighbours talk, with `auto` the other pairs
 /// go over TCP in the same exchange.
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn conformance_5_ranks_ring() {
     conformance_on(5, &[Algo::Ring, Algo::Auto], ring_matrix(5), "ring");
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn conformance_6_ranks_ring() {
     conformance_on(6, &[Algo::Ring, Algo::Auto], ring_matrix(6), "ring");
 }
@@ -105,6 +110,7 @@ fn conformance_6_ranks_ring() {
 /// Four ranks, each in its own network namespace, joined by veth pairs: every pair has its
 /// own device, as Macs joined by Thunderbolt cables do.
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn conformance_4_ranks_in_network_namespaces() {
     let n = 4;
     let Some(ns) = MeshNetns::create(n) else {

@@ -73,6 +73,15 @@ fn run_ranks(exe: &Path, n: usize, args: &[&str]) -> Vec<String> {
 
 #[test]
 fn c_example_runs_on_2_and_4_ranks() {
+    // `cargo test` does not build this package's static library (it has no rlib for the test to
+    // link); `cargo build` does, and scripts/test.sh runs it first.
+    if !lib_dir().join("libboltccl.a").exists() {
+        let why = format!("{} not built (cargo build -p boltccl-ffi)", lib_dir().join("libboltccl.a").display());
+        let in_ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+        assert!(!in_ci, "{why}, and CI is set: in CI this test must run");
+        eprintln!("SKIPPED c_example_runs_on_2_and_4_ranks: {why}");
+        return;
+    }
     let dir = tempfile_dir();
     let exe = dir.join("allsum");
     build_example(&exe);

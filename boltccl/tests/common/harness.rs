@@ -18,6 +18,17 @@ pub fn prerequisite_missing(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
 }
 
+/// True in a debug (unoptimised) build, after saying that `test` is not run there: for the
+/// `#[ignore]`d tests that only an optimised build runs (minutes unoptimised, a benchmark, the
+/// soak). `cargo test -- --include-ignored`, the full tier's debug run, reaches them too; they
+/// return there, and `runs_it` runs them in a release build.
+pub fn not_in_a_debug_build(test: &str, runs_it: &str) -> bool {
+    if cfg!(debug_assertions) {
+        eprintln!("NOT RUN {test}: release build only ({runs_it} runs it)");
+    }
+    cfg!(debug_assertions)
+}
+
 /// A free TCP port on loopback for rank 0 to listen on later (below the ephemeral range, so
 /// no connection of a test running alongside is given it meanwhile).
 ///

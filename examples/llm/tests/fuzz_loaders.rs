@@ -244,6 +244,7 @@ fn safetensors_case(dir: &Path, file: &[u8], config: Option<&[u8]>) -> Result<()
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn safetensors_loader() {
     let dir = temp_dir("fuzz-safetensors");
     let s = spec();

@@ -18,10 +18,16 @@ fn skip_or_fail(why: &str) {
     eprintln!("SKIPPED: {why}");
 }
 
+/// Where `libsoftverbs.so` is: `cargo test` builds it next to this test binary
+/// (`target/<profile>/deps/`) without copying it up to `target/<profile>/`, where `cargo build`
+/// puts it; the one in `deps/` first, so a `cargo test` never runs against an older build.
 fn lib_dir() -> PathBuf {
-    // target/debug/deps/c_abi-xxxx -> target/debug
     let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    let deps = exe.parent().unwrap();
+    if deps.join("libsoftverbs.so").exists() {
+        return deps.to_path_buf();
+    }
+    deps.parent().unwrap().to_path_buf()
 }
 
 /// Compile `tests/c/pingpong.c` once per test binary.
