@@ -157,10 +157,8 @@ impl TcpControl {
     }
 
     fn send_to_all(&mut self, frame: &[u8], except: Option<usize>) {
-        for (peer, s) in self.spokes.iter_mut().enumerate() {
-            if let Some(s) = s.as_mut().filter(|s| !s.departed && Some(peer) != except) {
-                write_briefly(&mut s.stream, frame);
-            }
+        for peer in (0..self.spokes.len()).filter(|&p| Some(p) != except) {
+            self.send_to(peer, frame);
         }
     }
 }

@@ -241,7 +241,7 @@ impl<L: Read + Write> Streams<L> {
                 };
                 r.hdr[..r.have].copy_from_slice(inc.partial());
                 if r.have == HEADER_LEN {
-                    let len = u32::from_le_bytes(r.hdr[32..36].try_into().expect("4 bytes")) as usize;
+                    let len = Header::encoded_len(&r.hdr);
                     r.skip = len - inc.payload_read().min(len);
                     r.have = 0;
                 }

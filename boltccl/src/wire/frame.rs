@@ -37,7 +37,7 @@ impl Outgoing {
         if self.done == 0 {
             return (&[], 0);
         }
-        let len = u32::from_le_bytes(self.hdr[32..36].try_into().expect("4 bytes")) as usize;
+        let len = Header::encoded_len(&self.hdr);
         (&self.hdr[self.done.min(HEADER_LEN)..], (HEADER_LEN + len).saturating_sub(self.done.max(HEADER_LEN)))
     }
 

@@ -167,6 +167,12 @@ impl Header {
         b
     }
 
+    /// The payload length an encoded header announces, read without checking the rest (a
+    /// shrink skips frames it cut short by it).
+    pub fn encoded_len(b: &[u8; HEADER_LEN]) -> usize {
+        u32::from_le_bytes(b[32..36].try_into().expect("4 bytes")) as usize
+    }
+
     /// Decode, rejecting bad magic, kind or padding.
     pub fn decode(b: &[u8; HEADER_LEN]) -> std::result::Result<Header, String> {
         let magic = u16::from_le_bytes([b[0], b[1]]);
