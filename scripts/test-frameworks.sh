@@ -7,7 +7,7 @@
 # 1. Debian packages, if missing: Open MPI (mpirun), Slurm and munge (srun), Debian's torch 1.13
 #    (python3-torch, for the torch 1.x tests).
 # 2. target/frameworks-venv with python/requirements-test.txt and -frameworks.txt (torch is
-#    PyPI's ~5 GB CUDA wheel: installed once, kept while the requirements are unchanged).
+#    PyPI's ~5 GB CUDA wheel: installed once; a changed requirements file installs on top).
 # 3. The wheel (maturin, release) installed into it.
 # 4. A one-node Slurm cluster (scripts/slurm/start.sh), stopped at exit.
 # 5. pytest. Nothing is skipped: a missing framework or launcher fails its test.
@@ -26,9 +26,10 @@ bash scripts/deps.sh openmpi-bin slurmd slurmctld slurm-client munge python3-tor
 stamp="$venv/.requirements.sha256"
 want="$(cat python/requirements-test.txt python/requirements-frameworks.txt | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    # A changed requirements file installs into the existing venv (pip adds what is new and
+    # moves pinned versions), so adding one package does not download torch again.
     step "virtual environment with torch, mlx[cpu], jax (once; about 5 GB)"
-    rm -rf "$venv"
-    "$python" -m venv "$venv"
+    [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
     timeout 1800 "$venv/bin/pip" install -q --disable-pip-version-check \
         -r python/requirements-test.txt -r python/requirements-frameworks.txt
     echo "$want" > "$stamp"
