@@ -493,6 +493,20 @@ boltccl_result boltccl_group_abort(const boltccl_group *g);
 boltccl_result boltccl_group_shrink(const boltccl_group *g, const int *exclude, size_t n_exclude, boltccl_group **out);
 
 /**
+ * Form a group of `size` ranks with replacement processes, through the normal bootstrap: the
+ * ranks of `g` keep their order as ranks `0..boltccl_size(g)`, and the newcomers, started with
+ * `BOLTCCL_RANK` `boltccl_size(g)..size`, `BOLTCCL_WORLD_SIZE=size` and the same
+ * `coordinator` (`"host:port"`, where new rank 0 listens) and `job_key` (fresh for each
+ * generation), take the rest. Every member of `g` calls it; every link is made anew, and `g`
+ * is left as it is (free it with `boltccl_group_free` when done).
+ *
+ * # Safety
+ * `g` must be a live group handle; `coordinator` and `job_key` must be NUL-terminated
+ * strings; `out` must point to writable storage for one pointer.
+ */
+boltccl_result boltccl_group_grow(const boltccl_group *g, size_t size, const char *coordinator, const char *job_key, boltccl_group **out);
+
+/**
  * A static description of a `boltccl_result` code (never NULL; "unknown result code" for
  * numbers that are not codes). The string must not be freed.
  */

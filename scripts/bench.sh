@@ -15,6 +15,8 @@
 #                               Open MPI and libboltccl_mpi, beside `boltccl bench`
 #   scripts/bench.sh shrink     kill a rank, shrink, sum: 3 -> 2 and 4 -> 3 ranks, TCP and shared
 #                               memory, medians of 20
+#   scripts/bench.sh rejoin     kill / shrink / join (grow) / verify for 10 minutes a transport,
+#                               with the open files and memory of a long-lived rank
 #   scripts/bench.sh alltoall   float32 all_to_all, both schedules, beside Open MPI's MPI_Alltoall
 #                               (shared memory and TCP) and Gloo (dist.all_to_all_single)
 # Each one's knobs are described at the top of scripts/bench/<name>.sh.
@@ -22,12 +24,12 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 what="${1:-}"
 case "$what" in
-    peers | bindings | llm | netns | hosts | torch | overlap | mlx | shrink | alltoall)
+    peers | bindings | llm | netns | hosts | torch | overlap | mlx | shrink | rejoin | alltoall)
         shift
         exec bash "$here/bench/$what.sh" "$@"
         ;;
     *)
-        sed -n '2,20p' "$0" >&2
+        sed -n '2,22p' "$0" >&2
         exit 2
         ;;
 esac

@@ -704,6 +704,46 @@ pub unsafe extern "C" fn boltccl_group_shrink(
     }
 }
 
+/// Form a group of `size` ranks with replacement processes, through the normal bootstrap: the
+/// ranks of `g` keep their order as ranks `0..boltccl_size(g)`, and the newcomers, started with
+/// `BOLTCCL_RANK` `boltccl_size(g)..size`, `BOLTCCL_WORLD_SIZE=size` and the same
+/// `coordinator` (`"host:port"`, where new rank 0 listens) and `job_key` (fresh for each
+/// generation), take the rest. Every member of `g` calls it; every link is made anew, and `g`
+/// is left as it is (free it with `boltccl_group_free` when done).
+///
+/// # Safety
+/// `g` must be a live group handle; `coordinator` and `job_key` must be NUL-terminated
+/// strings; `out` must point to writable storage for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn boltccl_group_grow(
+    g: *const boltccl_group,
+    size: usize,
+    coordinator: *const c_char,
+    job_key: *const c_char,
+    out: *mut *mut boltccl_group,
+) -> boltccl_result {
+    ffi_panic_boundary! {
+        check_null!(g);
+        check_null!(coordinator);
+        check_null!(job_key);
+        check_null!(out);
+        // SAFETY: non-NULL, NUL-terminated per the contract.
+        let strings = unsafe { (opt_str("coordinator", coordinator), opt_str("job_key", job_key)) };
+        let (Ok(Some(coordinator)), Ok(Some(job_key))) = strings else {
+            return boltccl_result::InvalidParameter;
+        };
+        // SAFETY: live handle per the contract.
+        match unsafe { group(g) }.grow(size, &coordinator, &job_key) {
+            Ok(next) => {
+                // SAFETY: `out` is non-NULL and writable per the contract.
+                unsafe { *out = into_handle(next) };
+                boltccl_result::Ok
+            }
+            Err(e) => fail(e),
+        }
+    }
+}
+
 /// A static description of a `boltccl_result` code (never NULL; "unknown result code" for
 /// numbers that are not codes). The string must not be freed.
 #[no_mangle]

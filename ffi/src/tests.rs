@@ -156,6 +156,18 @@ fn single_rank_calls() {
         assert_eq!(boltccl_all_sum(next, xp, xp, 3, 0), boltccl_result::Ok);
         assert_ne!(boltccl_barrier(sub), boltccl_result::Ok);
         assert!(last().contains("shrunk"), "{}", last());
+        // Grow: not below the group's size, strings required; to the same size it is a new
+        // group of the same ranks.
+        let (addr, key) = (c"127.0.0.1:0".as_ptr(), c"next".as_ptr());
+        let mut grown = null_mut();
+        assert_eq!(boltccl_group_grow(next, 0, addr, key, &mut grown), boltccl_result::InvalidArgument);
+        assert!(last().contains("already has 1"), "{}", last());
+        assert_eq!(boltccl_group_grow(next, 1, null(), key, &mut grown), boltccl_result::NullParameter);
+        assert!(grown.is_null());
+        assert_eq!(boltccl_group_grow(next, 1, addr, key, &mut grown), boltccl_result::Ok, "{}", last());
+        assert_eq!(boltccl_size(grown), 1);
+        assert_eq!(boltccl_all_sum(grown, xp, xp, 3, 0), boltccl_result::Ok);
+        boltccl_group_free(grown);
         assert_eq!(boltccl_group_abort(next), boltccl_result::Ok);
         assert_eq!(boltccl_group_abort(next), boltccl_result::Ok);
         assert_eq!(boltccl_barrier(next), boltccl_result::Aborted);

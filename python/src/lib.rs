@@ -734,6 +734,17 @@ impl PyGroup {
         Ok(PyGroup { inner: Some(Arc::new(next)), pending: self.pending.clone() })
     }
 
+    /// Form a group of `size` ranks with replacement processes, through the normal bootstrap:
+    /// this group's ranks keep their order as ranks 0..self.size, and the newcomers, started
+    /// with BOLTCCL_RANK self.size..size, BOLTCCL_WORLD_SIZE=size and the same `coordinator`
+    /// ("host:port", where new rank 0 listens) and `key` (fresh for each generation), take the
+    /// rest. Every link is made anew; this group is left as it is (drop it afterwards).
+    fn grow(&self, py: Python<'_>, size: usize, coordinator: String, key: String) -> PyResult<PyGroup> {
+        let g = self.g();
+        let next = py.allow_threads(|| g.grow(size, &coordinator, &key)).map_err(|e| self.err(py, e))?;
+        Ok(PyGroup { inner: Some(Arc::new(next)), pending: self.pending.clone() })
+    }
+
     fn __repr__(&self) -> String {
         format!("<boltccl.Group rank {} of {}>", self.g().rank(), self.g().size())
     }

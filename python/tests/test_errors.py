@@ -38,7 +38,7 @@ def test_mismatched_calls_raise_error_with_kind():
             assert f["type"] == "PeerLostError" and "aborted" in f["msg"], f
 
 
-def test_survivors_shrink_after_a_rank_vanishes():
+def test_survivors_shrink_after_a_rank_vanishes_and_grow_with_a_newcomer():
     outs = run_ranks(3, "errors.py", "shrink", timeout=60)
     res = results([outs[0], outs[2]])
     for old_rank, r in zip((0, 2), res):
@@ -46,6 +46,9 @@ def test_survivors_shrink_after_a_rank_vanishes():
         # Ranks renumbered in order; 1 + 2 summed over the kept links.
         assert r["new"] == [0 if old_rank == 0 else 1, 2, 3.0, True], r
         assert r["old"]["boltccl_error"], r
+        # A replacement joined as rank 2 (grow): 1 + 2 + 3 on every rank, the newcomer's too.
+        assert r["grown"] == [0 if old_rank == 0 else 1, 3, 6.0, True], r
+    assert res[0]["newcomer"]["grown"] == [2, 3, 6.0, True], res[0]
 
 
 def test_abort_from_a_thread_stops_the_call_and_reaches_every_rank():

@@ -1,5 +1,6 @@
-//! Groups that survive a lost rank: [`Group::abort`] from any thread, and [`Group::shrink`]
-//! to the ranks still there over the links they have (see `Transport::shrink`).
+//! Groups that survive a lost rank: [`Group::abort`] from any thread, [`Group::shrink`] to the
+//! ranks still there over the links they have (see `Transport::shrink`), and [`Group::grow`]
+//! back to full size with replacement processes.
 
 use super::*;
 
@@ -115,5 +116,44 @@ impl Group {
             me,
             state: Mutex::new(State::new(size)),
         }))
+    }
+
+    /// Form a group of `size` ranks with replacement processes, through the normal bootstrap:
+    /// this group's ranks keep their order as ranks `0..self.size()` and the newcomers, started
+    /// with `BOLTCCL_RANK` `self.size()..size`, `BOLTCCL_WORLD_SIZE=size`, and the same
+    /// `coordinator` and `job_key`, take the rest. New rank 0 (a rank of this group) listens on
+    /// `coordinator`; a fresh `job_key` per generation keeps a straggler of an older one out.
+    ///
+    /// Every member of this group calls it. The new group takes this group's settings
+    /// (backend, deadlines, chunking) and makes every link anew (TCP connections, shared-memory
+    /// segments, RDMA queue pairs): joining reuses the processes and whatever they hold (a
+    /// loaded model, a job's state), not the links. This group is left as it is: drop it when
+    /// the new one is formed. A group formed from an RDMA device matrix
+    /// (`BOLTCCL_IBV_DEVICES`) gets [`Error::InvalidArgument`]: the matrix names ranks, so form
+    /// the new group with [`Group::new`] and a matrix for the new numbering.
+    pub fn grow(&self, size: usize, coordinator: &str, job_key: &str) -> Result<Group> {
+        if size < self.size() {
+            return Err(Error::invalid(format!(
+                "grow to {size} ranks: this group already has {}; shrink() leaves ranks out",
+                self.size()
+            )));
+        }
+        let cfg = self.config();
+        if cfg.ibv_devices.is_some() {
+            return Err(Error::invalid(
+                "grow: this group's RDMA device matrix (BOLTCCL_IBV_DEVICES) names ranks by their old numbers; \
+                 form the new group with Group::new and a matrix for the new numbering",
+            ));
+        }
+        Group::new(Config {
+            rank: self.rank(),
+            world_size: size,
+            coordinator: Some(coordinator.to_string()),
+            job_key: Some(job_key.to_string()),
+            // Both were given per rank of the old numbering; the bootstrap finds them anew.
+            hosts: None,
+            local_world_size: None,
+            ..cfg.clone()
+        })
     }
 }

@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -89,6 +90,31 @@ elif mode in ("shrink", "abort"):
     except Exception as e:  # noqa: BLE001
         res["old"] = describe(e)
     g2.barrier()
-if R == 0 or mode in ("mismatch", "shrink", "abort"):
+    if mode == "shrink":
+        # A replacement joins as rank 2: new rank 0 picks the address, the survivors agree on
+        # it through their shrunk group, and rank 0 starts the newcomer.
+        port = np.array([boltccl._native.free_coordinator_port("127.0.0.1") if g2.rank == 0 else 0], dtype=np.int64)
+        g2.broadcast(port, root=0)
+        addr, key = f"127.0.0.1:{int(port[0])}", "generation-2"
+        newcomer = None
+        if g2.rank == 0:
+            env = dict(os.environ, BOLTCCL_RANK="2", BOLTCCL_WORLD_SIZE="3", BOLTCCL_COORDINATOR=addr, BOLTCCL_JOB_KEY=key)
+            newcomer = subprocess.Popen([sys.executable, __file__, "newcomer"], env=env, stdout=subprocess.PIPE, text=True)
+        g3 = g2.grow(3, addr, key)
+        g3.barrier()
+        z = np.full(1000, g3.rank + 1, dtype=np.float32)
+        g3.all_sum(z)
+        res["grown"] = [g3.rank, g3.size, float(z[0]), bool((z == z[0]).all())]
+        g3.barrier()
+        if newcomer is not None:
+            out = newcomer.communicate(timeout=60)[0]
+            res["newcomer"] = json.loads([x for x in out.splitlines() if x.startswith("RESULT ")][-1][7:])
+elif mode == "newcomer":
+    # Started by a survivor of "shrink" (the barrier above is the grown group's first call).
+    z = np.full(1000, R + 1, dtype=np.float32)
+    g.all_sum(z)
+    res["grown"] = [R, g.size, float(z[0]), bool((z == z[0]).all())]
+    g.barrier()
+if R == 0 or mode in ("mismatch", "shrink", "abort", "newcomer"):
     print("RESULT " + json.dumps(res), flush=True)
 os._exit(0)
