@@ -29,6 +29,10 @@ pub struct LaunchArgs {
     /// Kill everything if the job runs longer than this many seconds (0 = no limit).
     #[arg(long, default_value_t = 0)]
     pub timeout_s: u64,
+    /// When a rank fails, let the others run on (for programs whose survivors shrink the group
+    /// and go on, like `boltccl-llm serve`); the exit code is still the first failure's.
+    #[arg(long)]
+    pub keep_going: bool,
     /// Command and arguments to run on every rank.
     ///
     /// MLX programs: unless MLX_MPI_LIBNAME is set, every rank gets MLX_MPI_LIBNAME pointing at
@@ -57,6 +61,7 @@ pub fn run(a: LaunchArgs) -> i32 {
         env: a.env,
         pin: !a.no_bind,
         timeout: (a.timeout_s > 0).then(|| Duration::from_secs(a.timeout_s)),
+        keep_going: a.keep_going,
         command: a.command,
     };
     boltccl_launch::run(&job.with_mlx_mpi_library(mpi_library()))

@@ -55,6 +55,31 @@ fn a_failing_rank_stops_the_others_and_is_reported() {
 }
 
 #[test]
+fn with_keep_going_the_others_run_on_after_a_rank_fails() {
+    let t = Instant::now();
+    let o = boltccl()
+        .args([
+            "launch",
+            "-n",
+            "3",
+            "--keep-going",
+            "--",
+            "sh",
+            "-c",
+            "if [ $BOLTCCL_RANK = 1 ]; then echo boom >&2; exit 3; fi; sleep 1; echo rank $BOLTCCL_RANK finished",
+        ])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{out}\n{err}");
+    assert!(err.contains("rank 1 failed (exit code 3); the others go on"), "{err}");
+    for r in [0, 2] {
+        assert!(out.contains(&format!("[{r}] rank {r} finished")), "rank {r} was stopped:\n{out}\n{err}");
+    }
+    assert!(t.elapsed() < Duration::from_secs(20), "{err}");
+}
+
+#[test]
 fn hostfile_launch_runs_a_real_collective_through_ssh() {
     let dir = tempfile::tempdir().unwrap();
     // Stand-in for ssh: drop the options and the host name, run the command here.

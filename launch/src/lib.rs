@@ -2,8 +2,8 @@
 //!
 //! The one launcher behind `boltccl launch` and `python -m boltccl.launch`. It generates the
 //! job key, sets each rank's environment, prefixes every output line with the rank, and when
-//! any rank fails stops the others, prints every failing rank's last stderr lines and exits
-//! non-zero.
+//! any rank fails stops the others (unless told to keep going), prints every failing rank's
+//! last stderr lines and exits non-zero.
 
 mod hostfile;
 
@@ -52,6 +52,10 @@ pub struct Job {
     pub pin: bool,
     /// Kill everything if the job runs longer than this.
     pub timeout: Option<Duration>,
+    /// Let the other ranks run on when one fails, for programs whose survivors go on without
+    /// it (`Group::shrink`, as `boltccl-llm serve` heals); the job still exits with the first
+    /// failure's code once every rank has exited.
+    pub keep_going: bool,
     /// Command and arguments to run on every rank.
     pub command: Vec<String>,
 }
@@ -59,7 +63,15 @@ pub struct Job {
 impl Job {
     /// `n` local ranks of `command`, pinned when they take every core, no time limit.
     pub fn local(n: usize, command: Vec<String>) -> Job {
-        Job { placement: Placement::Local(n), port: None, env: Vec::new(), pin: true, timeout: None, command }
+        Job {
+            placement: Placement::Local(n),
+            port: None,
+            env: Vec::new(),
+            pin: true,
+            timeout: None,
+            keep_going: false,
+            command,
+        }
     }
 
     fn ranks(&self) -> usize {
@@ -268,7 +280,7 @@ fn launch(job: &Job, sink: &Sink) -> Result<(i32, Vec<String>), String> {
         relay(rank, child.stderr.take().expect("piped"), true, tail.clone(), sink.clone(), done.clone());
         ranks.push(Rank { child, tail, sink, status: None, failed: false });
     }
-    let code = supervise(&mut ranks, job.timeout, start);
+    let code = supervise(&mut ranks, job.timeout, job.keep_going, start);
     // The ranks are gone; give their output a moment to drain (a grandchild that kept a pipe
     // open must not hold the launcher).
     let drain = Instant::now() + DRAIN;
@@ -331,9 +343,9 @@ fn spawn_on(cmd: &mut Command, _core: Option<usize>) -> std::io::Result<Child> {
     cmd.spawn()
 }
 
-/// Wait for every rank; stop them all when one fails or the time limit passes. Returns the
-/// job's exit code.
-fn supervise(ranks: &mut [Rank], limit: Option<Duration>, start: Instant) -> i32 {
+/// Wait for every rank; stop them all when one fails (unless `keep_going`) or the time limit
+/// passes. Returns the job's exit code.
+fn supervise(ranks: &mut [Rank], limit: Option<Duration>, keep_going: bool, start: Instant) -> i32 {
     let mut first_failed: Option<usize> = None;
     let mut stopping: Option<Instant> = None;
     let mut timed_out = false;
@@ -347,6 +359,12 @@ fn supervise(ranks: &mut [Rank], limit: Option<Duration>, start: Instant) -> i32
                     if !st.success() && (stopping.is_none() || st.code().is_some()) {
                         r.failed = true;
                         first_failed.get_or_insert(i);
+                        if keep_going && stopping.is_none() {
+                            eprintln!(
+                                "boltccl launch: rank {i} failed ({}); the others go on (--keep-going)",
+                                describe(st)
+                            );
+                        }
                     }
                 }
             }
@@ -356,7 +374,7 @@ fn supervise(ranks: &mut [Rank], limit: Option<Duration>, start: Instant) -> i32
             break;
         }
         let over_time = limit.is_some_and(|l| start.elapsed() > l);
-        if (first_failed.is_some() || over_time) && stopping.is_none() {
+        if ((first_failed.is_some() && !keep_going) || over_time) && stopping.is_none() {
             if let (true, Some(l)) = (over_time, limit) {
                 timed_out = true;
                 eprintln!("boltccl launch: timed out after {:.0} s; stopping every rank", l.as_secs_f64());

@@ -137,6 +137,7 @@ def launch(
     timeout: Optional[float] = None,
     capture: bool = False,
     mpi_library: Optional[str] = None,
+    keep_going: bool = False,
 ) -> Tuple[int, List[str]]:
     """Run a job with the launcher of `boltccl launch` (see `boltccl.launch`): `n` local ranks,
     or one per hostfile entry over ssh. Returns the exit status and, with `capture`, each

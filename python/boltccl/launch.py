@@ -76,6 +76,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment")
     ap.add_argument("--no-bind", action="store_true", help="do not pin local ranks to cores")
     ap.add_argument("--timeout", type=float, default=None, help="stop the job after this many seconds")
+    ap.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="when a rank fails, let the others run on (their survivors shrink() and go on)",
+    )
     ap.add_argument("cmd", nargs=argparse.REMAINDER, help="script.py [args] or -- program [args]")
     a = ap.parse_args(argv)
     env = []
@@ -92,6 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         pin=not a.no_bind,
         timeout=a.timeout,
         mpi_library=_mpi_str(),
+        keep_going=a.keep_going,
     )
     return status
 

@@ -754,8 +754,9 @@ impl PyGroup {
 /// or one per entry of the JSON `hostfile`, started over ssh. Returns the exit code, and each rank's output
 /// when `capture` is true (else nothing is captured: output is relayed with a `[rank]` prefix).
 /// `mpi_library` (libboltccl_mpi) becomes every rank's `MLX_MPI_LIBNAME` unless that is set.
+/// `keep_going`: a failing rank does not stop the others.
 #[pyfunction]
-#[pyo3(signature = (command, *, n=None, hostfile=None, port=None, env=Vec::new(), pin=true, timeout=None, capture=false, mpi_library=None))]
+#[pyo3(signature = (command, *, n=None, hostfile=None, port=None, env=Vec::new(), pin=true, timeout=None, capture=false, mpi_library=None, keep_going=false))]
 #[allow(clippy::too_many_arguments)]
 fn launch(
     py: Python<'_>,
@@ -768,6 +769,7 @@ fn launch(
     timeout: Option<f64>,
     capture: bool,
     mpi_library: Option<std::path::PathBuf>,
+    keep_going: bool,
 ) -> PyResult<(i32, Vec<String>)> {
     use boltccl_launch::{Job, Placement};
     let placement = match (hostfile, n) {
@@ -781,7 +783,7 @@ fn launch(
         }
         t => t.map(Duration::from_secs_f64),
     };
-    let job = Job { placement, port, env, pin, timeout, command }.with_mlx_mpi_library(mpi_library);
+    let job = Job { placement, port, env, pin, timeout, keep_going, command }.with_mlx_mpi_library(mpi_library);
     py.allow_threads(|| {
         if capture {
             boltccl_launch::run_captured(&job).map_err(PyValueError::new_err)
