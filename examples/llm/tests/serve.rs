@@ -47,55 +47,64 @@ impl Server {
     /// rank when one dies).
     fn start_n(model: &Path, n: usize, extra: &[&str]) -> Server {
         let port = boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
-        let mut ranks = Vec::new();
-        let mut logs = Vec::new();
+        let mut s = Server { ranks: Vec::new(), base: String::new(), logs: Vec::new() };
         for r in 0..n {
-            let mut child = Command::new(env!("CARGO_BIN_EXE_boltccl-llm"))
-                .arg("serve")
-                .arg("--model")
-                .arg(model)
-                .args(["--port", "0"])
-                .args(extra)
-                .env("BOLTCCL_RANK", r.to_string())
+            let mut cmd = Self::command(model, extra);
+            cmd.env("BOLTCCL_RANK", r.to_string())
                 .env("BOLTCCL_WORLD_SIZE", n.to_string())
-                .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
-                .env("BOLTCCL_JOB_KEY", "serve-test")
-                // Short, so that the idle wait below outlasts it.
-                .env("BOLTCCL_TIMEOUT_MS", DEADLINE_MS.to_string())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let log = Arc::new(Mutex::new(Vec::new()));
-            let (err, sink) = (child.stderr.take().unwrap(), log.clone());
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    eprintln!("[rank {r}] {line}");
-                    sink.lock().unwrap().push(line);
-                }
-            });
-            ranks.push(child);
-            logs.push(log);
+                .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"));
+            s.add(cmd);
         }
-        let mut s = Server { ranks, base: String::new(), logs };
         let line = s.wait_for_log(0, "listening on http://", Duration::from_secs(180));
         let addr = line.split("listening on http://").nth(1).unwrap().split_whitespace().next().unwrap();
         s.base = format!("http://{addr}");
         s
     }
 
-    /// Waits for a line of rank `r`'s stderr containing `what`, and returns it.
+    /// `boltccl-llm serve` on `model` with the job's key and deadline, not started.
+    fn command(model: &Path, extra: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_boltccl-llm"));
+        cmd.arg("serve")
+            .arg("--model")
+            .arg(model)
+            .args(["--port", "0"])
+            .args(extra)
+            .env("BOLTCCL_JOB_KEY", "serve-test")
+            // Short, so that the idle wait below outlasts it.
+            .env("BOLTCCL_TIMEOUT_MS", DEADLINE_MS.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    /// Starts `cmd` as the next process (its index in `ranks` and `logs`), its stderr collected.
+    fn add(&mut self, mut cmd: Command) -> usize {
+        let r = self.ranks.len();
+        let mut child = cmd.spawn().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (err, sink) = (child.stderr.take().unwrap(), log.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("[process {r}] {line}");
+                sink.lock().unwrap().push(line);
+            }
+        });
+        self.ranks.push(child);
+        self.logs.push(log);
+        r
+    }
+
+    /// Waits for a line of rank `r`'s stderr containing `what`, and returns it (failing at once
+    /// if `r` exits first).
     fn wait_for_log(&mut self, r: usize, what: &str, limit: Duration) -> String {
         let until = Instant::now() + limit;
         loop {
             if let Some(l) = self.logs[r].lock().unwrap().iter().find(|l| l.contains(what)) {
                 return l.clone();
             }
-            for (i, c) in self.ranks.iter_mut().enumerate() {
-                if let Some(st) = c.try_wait().unwrap() {
-                    panic!("rank {i} exited ({st}) while waiting for {what:?}:\n{}", self.log(i));
-                }
+            if let Some(st) = self.ranks[r].try_wait().unwrap() {
+                panic!("rank {r} exited ({st}) while waiting for {what:?}:\n{}", self.log(r));
             }
             assert!(Instant::now() < until, "no {what:?} from rank {r} within {limit:?}:\n{}", self.log(r));
             std::thread::sleep(Duration::from_millis(50));
@@ -543,6 +552,45 @@ fn a_middle_rank_killed_between_requests_heals_too() {
     let st0 = s.wait(0, Duration::from_secs(60));
     let st2 = s.wait(2, Duration::from_secs(60));
     assert!(st0.success() && st2.success(), "rank 0: {st0}, rank 2: {st2}\n{}\n{}", s.log(0), s.log(2));
+}
+
+/// 3 ranks; rank 2 is killed and the others heal to 2; a replacement started with `--join`
+/// (after one with the wrong key is refused) brings the group back to 3, and the next answer
+/// is the first one's again: the original split restored.
+#[test]
+fn a_replacement_rank_joins_and_restores_the_3_rank_answer() {
+    let Some(model) = model() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let prompt = "The capital of France is";
+    let mut s = Server::start_n(&model, 3, &[]);
+    let (code, v) = post(&s, "/v1/completions", &completion(prompt, 12));
+    assert_eq!(code, 200, "{v}");
+    let want = v["choices"][0]["text"].as_str().unwrap().to_string();
+    s.signal(2, "-KILL");
+    let _ = s.ranks[2].wait();
+    s.wait_for_log(0, "healed: rank 2 lost, serving on 2 ranks", Duration::from_secs(60));
+    s.wait_for_log(1, "healed", Duration::from_secs(60));
+
+    let (code, v) = post(&s, "/boltccl/join", &json!({"proof": "not the job's"}));
+    assert_error_shape(code, &v, 403, "invalid_request_error");
+    assert_eq!(v["error"]["code"], "join_refused", "{v}");
+
+    let t = Instant::now();
+    let mut cmd = Server::command(&model, &["--join", &s.base]);
+    cmd.env_remove("BOLTCCL_RANK").env_remove("BOLTCCL_WORLD_SIZE");
+    let newcomer = s.add(cmd);
+    let grew = s.wait_for_log(0, "grew: rank 2 joined, serving on 3 ranks", Duration::from_secs(120));
+    let joined = t.elapsed();
+    s.wait_for_log(1, "grew; now rank 1 of 3", Duration::from_secs(10));
+    s.wait_for_log(newcomer, "joined as rank 2 of 3", Duration::from_secs(10));
+    let (code, v) = post(&s, "/v1/completions", &completion(prompt, 12));
+    assert_eq!((code, v["choices"][0]["text"].as_str()), (200, Some(want.as_str())), "{v}");
+    eprintln!("join 2 -> 3: {:.0} ms from the newcomer's start to rank 0's {grew:?}", joined.as_secs_f64() * 1e3);
+    s.signal(0, "-TERM");
+    for r in [0, 1, newcomer] {
+        let st = s.wait(r, Duration::from_secs(60));
+        assert!(st.success(), "process {r}: {st}\n{}", s.log(r));
+    }
 }
 
 #[test]

@@ -56,6 +56,16 @@ pub enum Command {
     },
     /// Leave the loop: the server is stopping.
     Shutdown,
+    /// Form a larger group with a newcomer ([`super::join`]): `size` ranks, the new rank 0
+    /// listening on the job coordinator's host at `port`, under the key of `generation`.
+    Grow {
+        /// The new group's size.
+        size: usize,
+        /// The new group's coordinator port.
+        port: u16,
+        /// The job's re-formation count.
+        generation: u64,
+    },
 }
 
 /// Rank 0: broadcasts `cmd` to every rank (the others receive it with [`recv_command`]).
@@ -65,6 +75,13 @@ pub fn send_command(comm: &dyn Comm, cmd: &Command) -> anyhow::Result<()> {
     match cmd {
         Command::Idle => h[1] = 0,
         Command::Shutdown => h[1] = 2,
+        Command::Grow { size, port, generation } => {
+            h[1] = 3;
+            h[2] = u32::try_from(*size).context("group too large")?;
+            h[3] = u32::from(*port);
+            h[4] = *generation as u32;
+            h[5] = (*generation >> 32) as u32;
+        }
         Command::Generate { prompt, params } => {
             h[1] = 1;
             h[2] = u32::try_from(prompt.len()).context("prompt too long")?;
@@ -96,6 +113,11 @@ pub fn recv_command(comm: &dyn Comm) -> anyhow::Result<Command> {
     match h[1] {
         0 => Ok(Command::Idle),
         2 => Ok(Command::Shutdown),
+        3 => Ok(Command::Grow {
+            size: h[2] as usize,
+            port: u16::try_from(h[3]).context("a coordinator port out of range")?,
+            generation: u64::from(h[4]) | (u64::from(h[5]) << 32),
+        }),
         1 => {
             let mut prompt = vec![0u32; h[2] as usize];
             comm.broadcast_u32(&mut prompt, 0).context("receiving the prompt from rank 0")?;
@@ -192,15 +214,16 @@ fn next_token(
     Ok(tok[0])
 }
 
-/// A follower's whole life: run what rank 0 says until it says stop.
-pub fn follow(model: &Model, comm: &dyn Comm, eos: Option<u32>) -> anyhow::Result<()> {
+/// A follower: run what rank 0 says until it says stop, or to grow the group (which the
+/// caller does: the returned command).
+pub fn follow(model: &Model, comm: &dyn Comm, eos: Option<u32>) -> anyhow::Result<Command> {
     loop {
         match recv_command(comm)? {
             Command::Idle => {}
-            Command::Shutdown => return Ok(()),
             Command::Generate { prompt, params } => {
                 run_job(model, comm, &prompt, &params, eos, |_| true)?;
             }
+            other => return Ok(other),
         }
     }
 }
@@ -262,32 +285,45 @@ impl Failure {
     }
 }
 
+/// Why [`lead`] returned without a failure.
+pub enum Led {
+    /// The others were told to shut down.
+    Shutdown,
+    /// A newcomer asks to join: the caller grows the group (nothing was sent yet).
+    Join(super::join::Request),
+}
+
 /// Rank 0's generation worker: takes jobs from the queue one at a time and runs them on every
 /// rank; heartbeats while idle; tells the others to shut down when the queue closes, or, with
-/// `closing` set, as soon as the queue is empty. A failure returns the error and the request
-/// it broke, for the caller to tell once it knows whether the cluster healed; the queue is
-/// left as it is. `served` numbers the requests in the log, across calls.
+/// `closing` set, as soon as the queue is empty. Between two jobs it returns a newcomer's
+/// request to join, from `joins`. A failure returns the error and the request it broke, for
+/// the caller to tell once it knows whether the cluster healed; the queue is left as it is.
+/// `served` numbers the requests in the log, across calls.
 pub fn lead(
     model: &Model,
     comm: &dyn Comm,
     tok: &Tokenizer,
     jobs: &Receiver<Job>,
+    joins: &Receiver<super::join::Request>,
     closing: &AtomicBool,
     served: &mut u64,
-) -> Result<(), Failure> {
+) -> Result<Led, Failure> {
     let beat = heartbeat();
     loop {
+        if let Ok(join) = joins.try_recv() {
+            return Ok(Led::Join(join));
+        }
         let job = match jobs.recv_timeout(beat) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) if closing.load(Ordering::Relaxed) => {
-                return send_command(comm, &Command::Shutdown).map_err(Failure::idle)
+                return send_command(comm, &Command::Shutdown).map(|()| Led::Shutdown).map_err(Failure::idle)
             }
             Err(RecvTimeoutError::Timeout) => {
                 send_command(comm, &Command::Idle).map_err(Failure::idle)?;
                 continue;
             }
             Err(RecvTimeoutError::Disconnected) => {
-                return send_command(comm, &Command::Shutdown).map_err(Failure::idle)
+                return send_command(comm, &Command::Shutdown).map(|()| Led::Shutdown).map_err(Failure::idle)
             }
         };
         if job.events.is_closed() {
@@ -431,7 +467,8 @@ mod tests {
             params: JobParams { max_tokens: 7, temperature: 0.5, top_p: 0.9, seed: u64::MAX - 5 },
         };
         let tape = Tape::default();
-        for cmd in [Command::Idle, gen, Command::Shutdown] {
+        for cmd in [Command::Idle, gen, Command::Shutdown, Command::Grow { size: 3, port: 40123, generation: 1 << 33 }]
+        {
             send_command(&tape.at(0), &cmd).unwrap();
             assert_eq!(recv_command(&tape.at(1)).unwrap(), cmd);
         }

@@ -90,6 +90,14 @@ impl Cluster {
         }
     }
 
+    /// The boltccl group, when there is one.
+    pub fn group(&self) -> Option<&boltccl::Group> {
+        match &self.link {
+            Link::Single(_) => None,
+            Link::Group(g) => Some(g),
+        }
+    }
+
     /// This rank's shard.
     pub fn model(&self) -> &Model {
         self.model.as_ref().expect("a shard is loaded outside a heal")
@@ -134,6 +142,49 @@ impl Cluster {
             lost.names()
         );
         Ok(lost)
+    }
+
+    /// Every member, after rank 0 said [`super::engine::Command::Grow`] (rank 0 after it said
+    /// so): forms the larger group with the newcomer ([`boltccl::Group::grow`]) and cuts the
+    /// shard for it. The members then agree, over the old group, that every one of them formed
+    /// the new one: if any failed (the newcomer never came, or died on the way), all keep the
+    /// old group and shard, and this returns `Ok(Err(why))`. Returns how long the grow took;
+    /// an error when the old group broke.
+    pub fn grow(&mut self, size: usize, coordinator: &str, key: &str) -> anyhow::Result<Result<Duration, String>> {
+        let Link::Group(g) = &self.link else { anyhow::bail!("a single rank cannot grow") };
+        let t = Instant::now();
+        let formed = g.grow(size, coordinator, key);
+        let ok = u64::from(formed.is_ok());
+        let all_ok =
+            g.all_gather_u64(&[ok]).context("agreeing whether the grown group formed")?.iter().all(|&o| o == 1);
+        let next = match formed {
+            Ok(next) if all_ok => next,
+            Ok(_) => return Ok(Err("another rank could not form the grown group".into())),
+            Err(e) => return Ok(Err(e.to_string())),
+        };
+        let me = self.first_rank() as u64;
+        let ids = next.all_gather_u64(&[me]).context("telling the grown group who is who")?;
+        self.link = Link::Group(next);
+        self.members = ids.into_iter().map(|r| r as usize).collect();
+        let took = t.elapsed();
+        self.reshard()?;
+        Ok(Ok(took))
+    }
+
+    /// A newcomer ([`super::join`]): forms the group the ticket names, learns who the others
+    /// are and loads its shard.
+    pub fn join(weights: Box<dyn WeightSource>, group: boltccl::Group, id: usize) -> anyhow::Result<Self> {
+        let ids = group.all_gather_u64(&[id as u64]).context("learning who the other ranks are")?;
+        let mut c = Cluster { weights, link: Link::Group(group), model: None, members: Vec::new() };
+        c.members = ids.into_iter().map(|r| r as usize).collect();
+        c.reshard()?;
+        Ok(c)
+    }
+
+    /// The next newcomer's name: the smallest start-up rank not among the members (the first
+    /// lost rank it replaces).
+    pub fn next_id(&self) -> usize {
+        (0..).find(|r| !self.members.contains(r)).expect("a free name")
     }
 
     /// Cuts this rank's shard for the current world from the mapped file (only this rank's

@@ -41,6 +41,11 @@ pub struct Shared {
     pub fatal: Mutex<Option<String>>,
     /// Numbers the responses.
     pub next_id: AtomicU64,
+    /// Newcomers' requests to join, to the worker (bounded: one at a time).
+    pub joins: SyncSender<super::join::Request>,
+    /// What a newcomer must send to join ([`super::join::proof`]), or `None` when the server
+    /// runs without a group and a job key.
+    pub join_proof: Option<String>,
 }
 
 /// The routes.
@@ -51,6 +56,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/health", get(health))
+        .route("/boltccl/join", post(join))
         .fallback(not_found)
         .method_not_allowed_fallback(not_allowed)
         .with_state(shared)
@@ -68,6 +74,31 @@ async fn health(State(s): State<Arc<Shared>>) -> Response {
     match s.fatal.lock().unwrap().clone() {
         None => json_response(StatusCode::OK, &json!({"status": "ok"})),
         Some(why) => error(ApiError::server(503, "cluster_failed", why)),
+    }
+}
+
+/// A replacement rank asks to join ([`super::join`]): answered with its ticket once rank 0's
+/// worker has taken the request (between two generations).
+async fn join(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+    let Some(want) = &s.join_proof else {
+        return error(ApiError::invalid("this server runs without a boltccl group and job key: nothing to join"));
+    };
+    let proof = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["proof"].as_str().map(str::to_string));
+    if proof.as_deref() != Some(want.as_str()) {
+        let e = ApiError::invalid(
+            "the join proof does not match this job: start the newcomer with the job's BOLTCCL_JOB_KEY",
+        );
+        return error(e.with_status(403).with_code("join_refused"));
+    }
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = s.joins.try_send(super::join::Request { reply })
+    {
+        return error(ApiError::server(429, "join_busy", "another rank is joining: try again when it has"));
+    }
+    match tokio::time::timeout(super::join::ANSWER_WITHIN, answer).await {
+        Ok(Ok(Ok(ticket))) => json_response(StatusCode::OK, &json!(ticket)),
+        Ok(Ok(Err(why))) => error(ApiError::server(503, "join_failed", why)),
+        _ => error(ApiError::server(503, "join_failed", "rank 0 did not take the join in time")),
     }
 }
 

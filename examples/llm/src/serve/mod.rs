@@ -11,7 +11,8 @@
 //! mapped file, and serve the next requests at the smaller size. When healing is off
 //! (`--no-heal`) or fails, or the failure is not a lost rank, the request it broke and every
 //! one after get a 5xx and the server stops with a non-zero status; when rank 0 dies, the
-//! others leave. SIGTERM or ctrl-c stop it gracefully: no new connections, the requests under
+//! others leave. A replacement started with `--join` brings the group back to its size
+//! ([`join`]). SIGTERM or ctrl-c stop it gracefully: no new connections, the requests under
 //! way finish, then the other ranks are told to stop.
 
 pub mod api;
@@ -19,13 +20,14 @@ pub mod chat;
 pub mod engine;
 pub mod heal;
 pub mod http;
+pub mod join;
 
 use std::io::Write;
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
@@ -73,6 +75,10 @@ pub struct ServeArgs {
     /// still there shrink the group to themselves, re-shard the model, and serve on.
     #[arg(long)]
     pub no_heal: bool,
+    /// Join a running server as a replacement rank: rank 0's address (`http://HOST:PORT`).
+    /// Needs the job's `BOLTCCL_JOB_KEY`; the group grows by this rank and every rank re-shards.
+    #[arg(long, value_name = "URL")]
+    pub join: Option<String>,
 }
 
 /// A line on stderr, ignoring a closed stderr (the launcher relaying it may have gone first).
@@ -90,6 +96,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.max_queue >= 1, "--max-queue must be at least 1");
     let Checkpoint { weights, tokenizer, chat_template } = loader::open(&args.model)?;
     let tok = Arc::new(tokenizer.context("serve needs a tokenizer: give it a GGUF file, which carries one")?);
+    let heal = !args.no_heal;
+    if let Some(url) = &args.join {
+        return join_and_follow(url, weights, tok.eos, heal);
+    }
     let link = if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
         Link::Group(boltccl::init().context("joining the boltccl group")?)
     } else {
@@ -98,7 +108,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let cfg = weights.config().clone();
     // The mapped file stays open: a heal cuts new shards from it.
     let mut cluster = Cluster::new(weights, link)?;
-    let heal = !args.no_heal;
     if cluster.comm().rank() != 0 {
         leave_after_signal_unless_told();
         let me = cluster.first_rank();
@@ -141,6 +150,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
     let (jobs, queue) = std::sync::mpsc::sync_channel(args.max_queue);
+    let (joins, join_queue) = std::sync::mpsc::sync_channel(1);
+    let join_proof = cluster.group().and_then(|g| g.config().job_key.as_deref().map(join::proof));
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let shared = Arc::new(http::Shared {
         model_id: model_id.clone(),
@@ -151,6 +162,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         jobs,
         fatal: Mutex::new(None),
         next_id: AtomicU64::new(1),
+        joins,
+        join_proof,
     });
     // Set by the worker when the cluster fails; by the HTTP side when it has stopped.
     let (failed, mut failed_rx) = tokio::sync::watch::channel(false);
@@ -161,10 +174,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     std::thread::scope(|s| {
         let (tok, shared_w, closing) = (&tok, shared.clone(), &closing);
         let worker = s.spawn(move || {
-            let mut served = 0;
+            let (mut served, mut generation) = (0, 0);
             let r = loop {
-                let f = match engine::lead(cluster.model(), cluster.comm(), tok, &queue, closing, &mut served) {
-                    Ok(()) => break Ok(()),
+                let led = engine::lead(cluster.model(), cluster.comm(), tok, &queue, &join_queue, closing, &mut served);
+                let f = match led {
+                    Ok(engine::Led::Shutdown) => break Ok(()),
+                    Ok(engine::Led::Join(req)) => match admit(&mut cluster, req, &mut generation) {
+                        Ok(()) => continue,
+                        Err(error) => engine::Failure { error, job: None },
+                    },
                     Err(f) => f,
                 };
                 match heal_lead(&mut cluster, f.error, f.job.as_ref(), heal) {
@@ -267,12 +285,74 @@ fn heal_lead(cluster: &mut Cluster, e: anyhow::Error, job: Option<&engine::Job>,
     Ok(())
 }
 
+/// Rank 0, with a newcomer's request: tells the followers to grow, answers the newcomer with
+/// its ticket, grows. A grow that does not happen (the newcomer never came) is logged and the
+/// server goes on at its size; an error is a failed cluster (the old group broke).
+fn admit(cluster: &mut Cluster, req: join::Request, generation: &mut u64) -> anyhow::Result<()> {
+    let Some(g) = cluster.group() else {
+        let _ = req.reply.send(Err("this server runs without a boltccl group".into()));
+        return Ok(());
+    };
+    let coordinator = match join::next_coordinator(g) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = req.reply.send(Err(format!("{e:#}")));
+            return Ok(());
+        }
+    };
+    let port = coordinator.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).context("the new coordinator's port")?;
+    let key = g.config().job_key.clone().context("the job has no key")?;
+    let size = g.size() + 1;
+    *generation += 1;
+    engine::send_command(cluster.comm(), &engine::Command::Grow { size, port, generation: *generation })?;
+    let id = cluster.next_id();
+    let ticket = join::Ticket { rank: size - 1, size, coordinator: coordinator.clone(), generation: *generation, id };
+    let _ = req.reply.send(Ok(ticket));
+    log(&format!("rank {id} is joining as rank {} of {size}", size - 1));
+    let t = Instant::now();
+    match cluster.grow(size, &coordinator, &join::generation_key(&key, *generation))? {
+        Ok(took) => log(&format!(
+            "grew: rank {id} joined, serving on {size} ranks (grow {:.0} ms, with the re-shard {:.0} ms)",
+            took.as_secs_f64() * 1e3,
+            t.elapsed().as_secs_f64() * 1e3
+        )),
+        Err(why) => log(&format!("rank {id} did not join ({why}); serving on {} ranks", size - 1)),
+    }
+    Ok(())
+}
+
+/// A newcomer: asks rank 0 at `url` for a ticket, forms the grown group, loads its shard and
+/// follows.
+fn join_and_follow(
+    url: &str,
+    weights: Box<dyn crate::loader::WeightSource>,
+    eos: Option<u32>,
+    heal: bool,
+) -> anyhow::Result<()> {
+    let key = std::env::var("BOLTCCL_JOB_KEY").context("--join needs the job's BOLTCCL_JOB_KEY")?;
+    let ticket = join::ask(url, &key)?;
+    let mut cfg = boltccl::Config::from_env().context("reading the boltccl settings")?;
+    cfg.rank = ticket.rank;
+    cfg.world_size = ticket.size;
+    cfg.coordinator = Some(ticket.coordinator.clone());
+    cfg.job_key = Some(join::generation_key(&key, ticket.generation));
+    let group = boltccl::Group::new(cfg).context("forming the grown group")?;
+    let mut cluster = Cluster::join(weights, group, ticket.id)?;
+    log(&format!("rank {}: joined as rank {} of {}", ticket.id, ticket.rank, ticket.size));
+    leave_after_signal_unless_told();
+    follow(&mut cluster, eos, heal).with_context(|| format!("rank {} following rank 0", ticket.id))
+}
+
 /// A follower's life: follow rank 0; when a rank is lost, heal (unless `heal` is off) and
-/// follow on in the smaller group.
+/// follow on in the smaller group; grow when rank 0 says so.
 fn follow(cluster: &mut Cluster, eos: Option<u32>, heal: bool) -> anyhow::Result<()> {
     loop {
         let e = match engine::follow(cluster.model(), cluster.comm(), eos) {
-            Ok(()) => return Ok(()),
+            Ok(engine::Command::Grow { size, port, generation }) => {
+                grow_follower(cluster, size, port, generation)?;
+                continue;
+            }
+            Ok(_) => return Ok(()),
             Err(e) => e,
         };
         if !heal || heal::blamed(&e).is_none() {
@@ -291,6 +371,20 @@ fn follow(cluster: &mut Cluster, eos: Option<u32>, heal: bool) -> anyhow::Result
             cut.as_secs_f64() * 1e3
         ));
     }
+}
+
+/// A follower told to grow: the new group's rank 0 listens on the job coordinator's host.
+fn grow_follower(cluster: &mut Cluster, size: usize, port: u16, generation: u64) -> anyhow::Result<()> {
+    let g = cluster.group().context("a follower without a group")?;
+    let first = g.config().coordinator.clone().context("the job has no coordinator address")?;
+    let host = first.rsplit_once(':').map_or(first.as_str(), |(h, _)| h).to_string();
+    let key = g.config().job_key.clone().context("the job has no key")?;
+    let me = cluster.first_rank();
+    match cluster.grow(size, &format!("{host}:{port}"), &join::generation_key(&key, generation))? {
+        Ok(_) => log(&format!("rank {me}: grew; now rank {} of {size}", cluster.comm().rank())),
+        Err(why) => log(&format!("rank {me}: the grow to {size} did not happen ({why})")),
+    }
+    Ok(())
 }
 
 /// Resolves on SIGTERM or ctrl-c.
