@@ -34,6 +34,8 @@ ap.add_argument("--step-sleep", type=float, default=0.1)
 # Die by SIGKILL in the middle of a step (quorum formed, before its all_reduce) once this many
 # steps were committed with all replicas: the others' all_reduce then loses this peer.
 ap.add_argument("--die-after-steps-together", type=int, default=0)
+# A replacement started ahead (its imports take seconds) joins only once this file exists.
+ap.add_argument("--start-when", default="")
 args = ap.parse_args()
 rid = args.replica_id
 
@@ -50,6 +52,14 @@ def load_state_dict(sd: dict) -> None:
     model.load_state_dict(sd["model"])
     inner_opt.load_state_dict(sd["optim"])
 
+
+if args.start_when:
+    print("READY", flush=True)
+    give_up = time.time() + 300
+    while not os.path.exists(args.start_when):
+        if time.time() > give_up:
+            sys.exit(f"{args.start_when} never appeared")
+        time.sleep(0.02)
 
 store = dist.TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
 pg = ProcessGroupBoltccl(timeout=timedelta(seconds=10))
@@ -69,7 +79,20 @@ manager = Manager(
     quorum_timeout=timedelta(seconds=30),
     connect_timeout=timedelta(seconds=10),
 )
-ddp = DistributedDataParallel(manager, model)
+# Buckets of 1 KB: the 2.7 KB of gradients go in three all_reduces a step, so that a peer lost
+# in the first leaves the others to a group already broken.
+ddp = DistributedDataParallel(manager, model, bucket_cap_mb=0.001)
+calls = 0  # the Manager's all_reduces in this step
+_allreduce = manager.allreduce
+
+
+def counted_allreduce(*a: object, **k: object) -> object:
+    global calls
+    calls += 1
+    return _allreduce(*a, **k)
+
+
+manager.allreduce = counted_allreduce
 opt = OptimizerWrapper(manager, inner_opt)
 loss_fn = nn.MSELoss()
 w_true = torch.linspace(-1, 1, 16 * 4).reshape(16, 4)
@@ -81,6 +104,7 @@ while True:
     x = torch.randn(8, 16, generator=g)
     y = torch.tanh(x @ w_true)
     opt.zero_grad()  # starts the quorum (and the reconfigure, when it changed)
+    calls = 0
     if args.die_after_steps_together and together >= args.die_after_steps_together:
         manager.wait_quorum()
         print("DYING " + json.dumps({"step": step, "t": time.time()}), flush=True)
@@ -95,6 +119,7 @@ while True:
         "committed": manager.current_step() > step,
         "participants": manager.num_participants(),
         "configure_s": pg.last_configure_s,
+        "all_reduces": calls,
         "error": repr(manager.errored().original_exception)[:200] if manager.errored() else None,
         "t": time.time(),
     }
