@@ -155,7 +155,6 @@ class ProcessGroupBoltccl(_tf.ProcessGroupWrapper):
     def __init__(self, timeout: datetime.timedelta = datetime.timedelta(seconds=60)) -> None:
         super().__init__(timeout=timeout)
         self._errored: Optional[Exception] = None
-        self._size = 0
         #: Seconds the last ``configure`` took (abort of the old group, store, new group).
         self.last_configure_s: Optional[float] = None
 

@@ -20,7 +20,7 @@ import pytest
 from conftest import PY, WORKERS, clean_env, results, run
 
 WORKER = str(WORKERS / "torchft_train.py")
-DEADLINE_S = 150  # the whole test; about 40 s on an idle two-core machine
+DEADLINE_S = 150  # the whole test; 25-30 s on two cores shared with other jobs
 STEPS = 20  # steps each replica commits (with both replicas in the last) before it stops
 
 
