@@ -10,8 +10,8 @@ Run ranks with ``python -m boltccl.launch -n 4 script.py`` (or under mlx.launch,
 mpirun, srun). Calls work zero-copy on C-contiguous arrays (numpy, torch CPU tensors, mlx.core
 arrays, memoryview, ...; read-only ones such as JAX's out of place), release the GIL while
 communicating, can be interrupted with Ctrl-C, and with ``async_op=True`` return a
-:class:`Work`. ``boltccl.torch`` is a torch.distributed backend, ``boltccl.mlx`` returns
-mx arrays.
+:class:`Work`. ``boltccl.torch`` is a torch.distributed backend, ``boltccl.torchft`` a
+process group for torchft's fault-tolerant training, ``boltccl.mlx`` returns mx arrays.
 """
 
 from __future__ import annotations
