@@ -3,7 +3,8 @@
 //! for the disconnect, a raw socket, on the real SmolLM2-135M-Instruct GGUF. Greedy answers
 //! equal the CLI's, streamed and not; bad requests get OpenAI-shaped 4xx errors and change
 //! nothing; concurrent requests are all answered, one at a time, and a full queue says 429; a
-//! client that disconnects mid-stream stops its generation and the next request is answered;
+//! client that disconnects mid-stream, or before a non-streamed answer, stops its generation
+//! and the next request is answered;
 //! SIGTERM stops the ranks cleanly. A rank killed mid-stream or between requests: the
 //! survivors heal to a smaller group that answers the next request with a fresh run's text at
 //! that size, the broken request getting a 503 `rank_lost`; rank 0 killed: the others leave;
@@ -415,6 +416,29 @@ fn serve_answers_like_the_cli_rejects_bad_requests_queues_and_survives_disconnec
     assert!(generated < 4000, "{gone}");
     let (code, v) = post(&s, "/v1/completions", &completion("The capital of France is", 12));
     assert_eq!((code, v["choices"][0]["text"].as_str()), (200, Some(want_raw.as_str())), "{v}");
+
+    // The same without streaming: the client waits for one body, and goes away before it.
+    let body = completion("1, 2, 3, 4, 5,", 4000).to_string();
+    let mut sock = TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+    write!(
+        sock,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(sock);
+    let until = Instant::now() + Duration::from_secs(120);
+    let gone = loop {
+        let log = s.log(0);
+        if let Some(line) = log.lines().filter(|l| l.contains("client gone")).nth(1) {
+            break line.to_string();
+        }
+        assert!(Instant::now() < until, "a non-streaming client that left did not stop its generation:\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let generated: usize = gone.split(" generated").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(generated < 4000, "{gone}");
 
     // SIGTERM: rank 0 finishes, tells rank 1 to stop; both exit 0.
     s.signal(0, "-TERM");
