@@ -277,6 +277,7 @@ fn model() -> Option<PathBuf> {
 }
 
 #[test]
+#[ignore = "full tier: scripts/test.sh runs it (cargo test -- --include-ignored)"]
 fn serve_answers_like_the_cli_rejects_bad_requests_queues_and_survives_disconnects() {
     let Some(model) = model() else { return };
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
