@@ -481,7 +481,7 @@ boltccl_result boltccl_group_abort(const boltccl_group *g);
 /**
  * Go on without the lost ranks: the ranks of `g` that call this within the deadline agree on
  * who is there, and each gets in `*out` a new group of them (ranks renumbered in order),
- * reusing the links (TCP, shared memory). `exclude` lists `n_exclude` ranks of `g` to leave
+ * reusing the links (TCP, shared memory, RDMA queue pairs). `exclude` lists `n_exclude` ranks of `g` to leave
  * out whatever they do (NULL when `n_exclude` is 0); every survivor passes the same list.
  * After success `g` is done (its calls fail); free both with `boltccl_group_free`. Ranks that
  * fail during the shrink make it fail on every survivor: call it again.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Shrink after a kill: 3 -> 2 and 4 -> 3 ranks over TCP and shared memory, 20 kills each
-# (SHRINK_RUNS=n to change), release build. Prints a Markdown table: the median time from the
+# Shrink after a kill: 3 -> 2 and 4 -> 3 ranks over TCP, shared memory and RDMA (softverbs),
+# 20 kills each (SHRINK_RUNS=n to change), release build. Prints a Markdown table: the median time from the
 # kill to the first all_sum of the survivors' new group, the median `shrink()` call, and the
 # TCP connections opened by the shrinks (must be 0).
 set -euo pipefail

@@ -43,10 +43,11 @@ impl Group {
     /// ranks renumbered densely in this group's order. Works on a poisoned group (after a rank
     /// died, or [`Group::abort`]) and on a healthy one.
     ///
-    /// The links among the survivors are reused — TCP connections and shared-memory rings —
-    /// with no coordinator and no new connection; what the failed calls left on them is
-    /// dropped. (A group with RDMA links between survivors gets [`Error::InvalidArgument`]
-    /// saying so: those cannot be kept yet.) A rank that is alive but does not call `shrink`
+    /// The links among the survivors are reused — TCP connections, shared-memory rings and RDMA
+    /// queue pairs — with no coordinator, no new connection and no new queue pair; what the
+    /// failed calls left on them is dropped. (An RDMA link whose queue pair had to be moved to
+    /// the error state, to stop zero-copy sends after a failure, cannot be kept: the shrink
+    /// gets [`Error::InvalidArgument`] saying so.) A rank that is alive but does not call `shrink`
     /// in time is left out, and its own `shrink` then fails saying so. Ranks that fail during
     /// the shrink make it fail (within the deadline, on every survivor) rather than give two
     /// different groups: call `shrink` again.

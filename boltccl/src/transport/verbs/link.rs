@@ -11,6 +11,11 @@
 //!   repeat fails the operation. A message is cut into packets of a size both ends derive from
 //!   the agreed chunk size, so a packet of any other length is an error too. Loss becomes an
 //!   error (or a timeout, when the last packet is lost), never wrong data.
+//! - **Resync** (a shrink keeps the link). Each end sends a marker packet naming the shrink
+//!   attempt and drops everything that arrives before the peer's marker, returning the slots
+//!   as credits as usual; the queue pair keeps its state and sequence numbers, so nothing is
+//!   re-created. A link whose queue pair was moved to the error state (to flush zero-copy sends
+//!   after a failure) cannot be kept.
 //! - **Zero-copy** (`BOLTCCL_IBV_ZERO_COPY=1`). Apple's provider takes one scatter-gather entry
 //!   per send, so a header cannot be glued to caller memory: a large piece goes as a staged
 //!   header-only packet followed by raw packets posted straight from the caller's registered
@@ -33,6 +38,8 @@ const KIND_DATA: u8 = 1;
 const KIND_CREDIT: u8 = 2;
 /// A frame header alone; the message's data follows in raw packets.
 const KIND_HEADER: u8 = 3;
+/// A shrink's marker: the attempt (u32) follows; everything before it is of the failed group.
+const KIND_RESYNC: u8 = 4;
 const SEND_BIT: u64 = 1 << 32;
 /// Work-request id bit of a raw (zero-copy) send.
 const RAW_WR: u64 = 1 << 33;
@@ -52,6 +59,8 @@ enum Packet {
     HeaderOnly,
     /// Data only, from the sender's own memory.
     Raw,
+    /// A resync marker for this attempt (only ever read by [`Link::resync_step`]).
+    Resync(u32),
 }
 
 /// Sizes both ends of a link must agree on.
@@ -113,6 +122,10 @@ pub struct Link {
     r_off: usize,
     /// The message being received comes raw (its header packet arrived).
     r_raw: bool,
+    /// The queue pair was moved to the error state: the link cannot be resynced.
+    errored: bool,
+    /// A resync under way: (its attempt, marker sent, peer's marker found).
+    resync: Option<(u32, bool, bool)>,
 }
 
 impl Link {
@@ -158,6 +171,8 @@ impl Link {
             r_next: 0,
             r_off: 0,
             r_raw: false,
+            errored: false,
+            resync: None,
         })
     }
 
@@ -424,6 +439,12 @@ impl Link {
             KIND_HEADER if len == LINK_HDR + HEADER_LEN => {
                 self.pending.push_back((slot, Packet::HeaderOnly, HEADER_LEN))
             }
+            KIND_RESYNC if len == LINK_HDR + 4 => {
+                // SAFETY: as above.
+                let a = unsafe { self.recv_mr.read(slot * self.shape.slot + LINK_HDR, 4) };
+                let attempt = u32::from_le_bytes(a.try_into().expect("4 bytes"));
+                self.pending.push_back((slot, Packet::Resync(attempt), 0))
+            }
             _ => return Err(bad(format!("a packet of unknown kind {kind} and {len} bytes"))),
         }
         Ok(())
@@ -492,6 +513,7 @@ impl Link {
         }
         let mut attr = ibv_qp_attr { qp_state: IBV_QPS_ERR, ..Default::default() };
         let _ = self.qp.modify(&mut attr, IBV_QP_STATE, super::errors::Verb::ToErr, self.peer);
+        self.errored = true;
         let until = std::time::Instant::now() + limit;
         let mut wc = [ibv_wc::default(); 16];
         while self.raw_inflight > 0 && std::time::Instant::now() < until {
@@ -512,6 +534,62 @@ impl Link {
                 "zero-copy sends did not flush after a failure: the device may still read the caller's buffer"
             );
         }
+    }
+
+    /// Whether a shrink can keep this link (its queue pair is not in the error state).
+    pub fn can_resync(&self) -> bool {
+        !self.errored
+    }
+
+    /// Start a resync for shrink `attempt`: the failed exchange's queues are dropped.
+    pub fn start_resync(&mut self, attempt: u32) {
+        self.begin();
+        self.resync = Some((attempt, false, false));
+    }
+
+    /// Whether the resync is over: the marker sent and the peer's found.
+    pub fn resynced(&self) -> bool {
+        matches!(self.resync, Some((_, true, true)))
+    }
+
+    /// Move the resync on: send the marker when credits allow (keeping the last one for a
+    /// credit packet, as data does), drop what arrives until the peer's marker of this attempt
+    /// (an older attempt's marker too), return credits. Returns whether anything moved.
+    pub fn resync_step(&mut self) -> Result<bool> {
+        let Some((attempt, mut sent, mut found)) = self.resync else { return Ok(false) };
+        let mut moved = self.poll()?;
+        if !sent && self.credits() >= 2 && self.room() {
+            self.post_packet(KIND_RESYNC, |mr, at| {
+                // SAFETY: the slot is free, see post_packet.
+                unsafe { mr.write(at, &attempt.to_le_bytes()) };
+                4
+            })?;
+            sent = true;
+            moved = true;
+        }
+        while !found {
+            let Some((slot, kind, _)) = self.pending.pop_front() else { break };
+            self.repost(slot)?;
+            self.freed += 1;
+            moved = true;
+            if let Packet::Resync(a) = kind {
+                if a > attempt {
+                    return Err(Error::Protocol {
+                        from: format!("rank {}", self.peer),
+                        detail: format!("a marker of shrink attempt {a} during attempt {attempt}"),
+                    });
+                }
+                found = a == attempt;
+            }
+        }
+        moved |= self.maybe_return_credits()?;
+        self.resync = Some((attempt, sent, found));
+        Ok(moved)
+    }
+
+    /// The resync is over: the link carries the new group's messages.
+    pub fn end_resync(&mut self) {
+        self.resync = None;
     }
 
     /// Zero-copy figures for the log: (raw packets sent, cache counters), when it is on.

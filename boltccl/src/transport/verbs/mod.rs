@@ -100,6 +100,54 @@ impl Channel for VerbsChannel {
             l.quiesce(QUIESCE);
         }
     }
+
+    fn can_resync(&self) -> bool {
+        self.links.iter().flatten().all(Link::can_resync)
+    }
+
+    fn resync(&mut self, keep: &[usize], attempt: u32, timeout: Duration) -> Result<()> {
+        // Markers both ways on every kept queue pair (see `link`): the queue pairs, their
+        // memory and sequence numbers stay.
+        let kept = |l: &&mut Link| keep.contains(&l.peer);
+        for l in self.links.iter_mut().flatten().filter(kept) {
+            l.start_resync(attempt);
+        }
+        let mut last = std::time::Instant::now();
+        loop {
+            let mut open = false;
+            for l in self.links.iter_mut().flatten().filter(kept) {
+                if l.resync_step()? {
+                    last = std::time::Instant::now();
+                }
+                open |= !l.resynced();
+            }
+            if !open {
+                break;
+            }
+            if last.elapsed() >= timeout {
+                let l = self.links.iter().flatten().find(|l| keep.contains(&l.peer) && !l.resynced());
+                return Err(Error::Timeout {
+                    op: "shrink (resync of the RDMA links)".into(),
+                    rank: l.map_or(self.rank, |l| l.peer),
+                    after: timeout,
+                });
+            }
+            // No completion channel (see wake_on): poll.
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        for l in self.links.iter_mut().flatten().filter(kept) {
+            l.end_resync();
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self, keep: &[usize]) {
+        for (peer, cables) in self.links.iter_mut().enumerate() {
+            if !keep.contains(&peer) {
+                cables.clear();
+            }
+        }
+    }
 }
 
 impl Drop for VerbsChannel {
