@@ -84,9 +84,29 @@ def _reduce_op(op: Any, dtype: torch.dtype) -> tuple:
     if op == dist.ReduceOp.PREMUL_SUM:
         return "sum", False, _premul_factor(op, dtype)
     raise ValueError(
-        f"the boltccl backend reduces with SUM, AVG, PREMUL_SUM, MAX and MIN, not {op}: "
-        "compute the others from these (e.g. PRODUCT as exp(SUM(log)))"
+        f"the boltccl backend reduces with SUM, AVG, PREMUL_SUM, MAX and MIN here, not {getattr(op, 'op', op)} "
+        "(all_reduce and reduce also take PRODUCT, BAND, BOR and BXOR)"
     )
+
+
+#: Reductions boltccl has no kernel for, which all_reduce and reduce run by gathering every
+#: rank's tensor and reducing them here in rank order (the size times a native call's memory
+#: and traffic; the same bits on every rank).
+_LOCAL_OPS = {
+    dist.ReduceOp.PRODUCT: torch.Tensor.mul_,
+    dist.ReduceOp.BAND: torch.Tensor.bitwise_and_,
+    dist.ReduceOp.BOR: torch.Tensor.bitwise_or_,
+    dist.ReduceOp.BXOR: torch.Tensor.bitwise_xor_,
+}
+
+
+def _local_op(op: Any, dtype: Optional[torch.dtype] = None) -> Optional[Callable]:
+    """The in-place function that combines two ranks' tensors for a reduction in _LOCAL_OPS,
+    else None."""
+    fn = _LOCAL_OPS.get(getattr(op, "op", op))
+    if fn is not None and fn is not torch.Tensor.mul_ and dtype is not None and dtype.is_floating_point:
+        raise TypeError(f"{getattr(op, 'op', op)} needs an integer tensor, got {dtype}")
+    return fn
 
 
 def _premul_factor(op: Any, dtype: torch.dtype) -> torch.Tensor:
@@ -460,6 +480,8 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
                     return _handed(_Work((), tensors, None, error=e))
                 return _done(tensors)
         opts = opts if opts is not None else dist.AllreduceOptions()
+        if _local_op(opts.reduceOp) is not None:
+            return self._reduce_gathered(tensors, opts.reduceOp, None)
         calls, copies, divide, nbytes = [], [], False, 0
         for i, t in enumerate(tensors):
             _check(t, f"tensors[{i}]")
@@ -790,6 +812,8 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         if len(tensors) != 1:
             raise ValueError(f"reduce takes one tensor, got {len(tensors)}")
+        if _local_op(reduce_op) is not None:
+            return self._reduce_gathered(tensors, reduce_op, root)
         t = tensors[0]
         _check(t, "tensor")
         name, divide, factor = _reduce_op(reduce_op, t.dtype)
@@ -801,6 +825,31 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         call = lambda a: self._g.reduce(arr, root, dtype=dt, op=name, async_op=a)  # noqa: E731
         finish = self._finisher([(t, f)], divide) if self._rank == root else None
         return self._start([call], f.numel() * f.element_size(), [t], finish)
+
+    def _reduce_gathered(self, tensors: List[torch.Tensor], op: Any, root: Optional[int]) -> dist.Work:
+        """all_reduce (root None) or reduce with a reduction in _LOCAL_OPS: every rank's tensor
+        gathered, then combined here in rank order (on the root only, for reduce)."""
+        calls, outs, nbytes = [], [], 0
+        for i, t in enumerate(tensors):
+            _check(t, f"tensors[{i}]")
+            fn = _local_op(op, t.dtype)
+            src = _flat(t).reshape(-1)
+            g = torch.empty((self._size, src.numel()), dtype=t.dtype)
+            nbytes += g.numel() * g.element_size()
+            calls.append(lambda a, src=src, g=g: self._g.all_gather(src, out=g.reshape(-1), async_op=a))
+            outs.append((t, g, fn))
+
+        def finish() -> None:
+            if root is not None and root != self._rank:
+                return
+            with torch.no_grad():
+                for t, g, fn in outs:
+                    acc = g[0].clone()
+                    for r in range(1, self._size):
+                        fn(acc, g[r])
+                    t.copy_(acc.view(t.shape))
+
+        return self._start(calls, nbytes, list(tensors), finish)
 
     # -- failure handling -----------------------------------------------------------------------
 

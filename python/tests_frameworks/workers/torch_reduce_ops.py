@@ -1,8 +1,9 @@
-"""ReduceOp.PREMUL_SUM and AVG (every floating-point dtype), the coalesced all_gather_into_tensor
-and reduce_scatter_tensor (direct, and through dist._coalescing_manager), and sequence numbers,
-through the boltccl torch.distributed backend. Every result is compared bit for bit with an
-exact reference computed here; inputs the call must not change are checked unchanged; the
-sequence numbers are compared with Gloo's for the same calls. Prints one RESULT line."""
+"""ReduceOp.PREMUL_SUM and AVG (every floating-point dtype), PRODUCT, BAND, BOR and BXOR, the
+coalesced all_gather_into_tensor and reduce_scatter_tensor (direct, and through
+dist._coalescing_manager), and sequence numbers, through the boltccl torch.distributed backend.
+Every result is compared bit for bit with an exact reference computed here (and with Gloo's
+where Gloo has the call); inputs the call must not change are checked unchanged; the sequence
+numbers are compared with Gloo's for the same calls. Prints one RESULT line."""
 
 import json
 
@@ -121,6 +122,49 @@ for m in (5, 40000):
         dist.reduce(t, dst=n - 1, op=dist.ReduceOp.AVG)
         ref = exact([val(q, (m,), dt, salt=102) for q in range(n)], dt).div_(n) if rank == n - 1 else val(rank, (m,), dt, salt=102)
         check(f"reduce AVG {tag}", same(t, ref))
+
+# -- PRODUCT, BAND, BOR, BXOR (all_reduce and reduce, gathered): exact, and as Gloo's ----------
+LOCAL = (
+    ("PRODUCT", dist.ReduceOp.PRODUCT, (torch.float32, torch.bfloat16, torch.int64), lambda a, b: a * b),
+    ("BAND", dist.ReduceOp.BAND, (torch.int32, torch.uint8), lambda a, b: a & b),
+    ("BOR", dist.ReduceOp.BOR, (torch.int32, torch.int8), lambda a, b: a | b),
+    ("BXOR", dist.ReduceOp.BXOR, (torch.int64,), lambda a, b: a ^ b),
+)
+
+
+def small(r, shape, dt, salt):
+    """Values whose product over a few ranks is exact in every dtype here."""
+    gen = torch.Generator().manual_seed(1000 * r + salt)
+    return torch.randint(-3 if dt.is_signed else 0, 4, shape, generator=gen).to(dt)
+
+
+for name, op, dts, f in LOCAL:
+    for m in (5, 40000):
+        for dt in dts:
+            tag = f"{name} {dt} x{m}"
+            ref = small(0, (m,), dt, 400)
+            for q in range(1, n):
+                ref = f(ref, small(q, (m,), dt, 400))
+            t = small(rank, (m,), dt, 400)
+            w = dist.all_reduce(t, op=op, async_op=True)
+            w.wait()
+            check(f"all_reduce {tag}", same(t, ref))
+            if dt is not torch.bfloat16 and dt is not torch.int8:
+                g = small(rank, (m,), dt, 400)
+                dist.all_reduce(g, op=op, group=gloo)
+                check(f"all_reduce {tag} = gloo", same(t, g))
+            for root in range(n):
+                t = small(rank, (m,), dt, 400)
+                dist.reduce(t, dst=root, op=op)
+                check(f"reduce {tag} root {root}", same(t, ref if rank == root else small(rank, (m,), dt, 400)))
+mat = torch.ones(4, 3, dtype=torch.int64)
+mat[:, 1] = torch.arange(4) + rank + 1
+dist.all_reduce(mat[:, 1], op=dist.ReduceOp.PRODUCT)
+want = torch.ones(4, dtype=torch.int64)
+for q in range(n):
+    want = want * (torch.arange(4) + q + 1)
+check("all_reduce PRODUCT non-contiguous", same(mat[:, 1].contiguous(), want) and bool((mat[:, [0, 2]] == 1).all()))
+refused("BAND of floats refused", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), TypeError, "integer tensor")
 
 # -- coalesced all_gather_into_tensor and reduce_scatter_tensor -----------------------------------
 # Sizes and dtypes differ between the pairs; the last is large (started: async Work).
