@@ -355,6 +355,75 @@ class _Done(dist.Work):
         pass
 
 
+class _Later(dist.Work):
+    """A send or recv kept for the end of a coalescing window: its Work once started."""
+
+    def __init__(self, result: List[torch.Tensor]):
+        super().__init__()
+        self._result = result
+        self._work: Optional[dist.Work] = None
+
+    def _started(self) -> dist.Work:
+        if self._work is None:
+            raise RuntimeError("this send/recv starts when its coalescing window ends (batch_isend_irecv): wait on the Work that returns")
+        return self._work
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        return self._started().wait() if timeout is None else self._started().wait(timeout)
+
+    def is_completed(self) -> bool:
+        return self._work is not None and self._work.is_completed()
+
+    def is_success(self) -> bool:
+        return self._work is not None and self._work.is_success()
+
+    def exception(self) -> Any:
+        return None if self._work is None else self._work.exception()
+
+    def result(self) -> List[torch.Tensor]:
+        self.wait()
+        return self._result
+
+    def get_future(self) -> torch.futures.Future:
+        return self._started().get_future()
+
+    def synchronize(self) -> None:
+        self.wait()
+
+
+class _All(dist.Work):
+    """Several Works as one (what a coalescing window's end returns)."""
+
+    def __init__(self, works: List[dist.Work]):
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        for w in self._works:
+            w.wait() if timeout is None else w.wait(timeout)
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def is_success(self) -> bool:
+        return all(w.is_success() for w in self._works)
+
+    def exception(self) -> Any:
+        return next((e for e in (w.exception() for w in self._works) if e is not None), None)
+
+    def result(self) -> List[torch.Tensor]:
+        self.wait()
+        return [t for w in self._works for t in w.result()]
+
+    def get_future(self) -> torch.futures.Future:
+        futs = [w.get_future() for w in self._works]
+        return torch.futures.collect_all(futs).then(lambda f: [t for x in f.value() for t in x.value()])
+
+    def synchronize(self) -> None:
+        self.wait()
+
+
 def _done(result: List[torch.Tensor]) -> dist.Work:
     w = _Done()
     w._result = result
@@ -446,6 +515,16 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     @property
     def group_desc(self) -> str:
         return getattr(self, "_group_desc", "")
+
+    # torch.distributed asks a group for its C++ backend of a device (batch_isend_irecv, and
+    # new_group whether it can split the default group); one written in Python registers
+    # none, so the call failed ("No backend type associated with device type cpu"). The group
+    # is its own backend for every device, one that neither coalesces nor splits.
+    supports_coalescing = True  # batch_isend_irecv: see _start_coalescing
+    supports_splitting = False  # new_group forms a fresh boltccl group
+
+    def _get_backend(self, device: Any = None) -> "ProcessGroupBoltccl":
+        return self
 
     def size(self) -> int:
         return self._size
@@ -872,6 +951,11 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
         self._seq += 1
+        if self._batch is not None:
+            return self._defer("send", tensors, dst)
+        return self._send(tensors, dst)
+
+    def _send(self, tensors: List[torch.Tensor], dst: int) -> dist.Work:
         works = []
         for t in tensors:
             _check(t, "tensor")
@@ -880,6 +964,11 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
         self._seq += 1
+        if self._batch is not None:
+            return self._defer("recv", tensors, src)
+        return self._recv(tensors, src)
+
+    def _recv(self, tensors: List[torch.Tensor], src: int) -> dist.Work:
         works, copies = [], []
         for t in tensors:
             _check(t, "tensor")
@@ -890,6 +979,40 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> dist.Work:
         raise ValueError("the boltccl backend receives from a named rank only: pass src= to recv/irecv")
+
+    # -- batch_isend_irecv -------------------------------------------------------------------------
+    # The calls on a boltccl group run one after another in the order started, so the usual
+    # batch (each rank posts its irecv, then its isend) would wait forever on every rank. Inside
+    # torch's coalescing window (batch_isend_irecv) the sends and recvs are kept, and started at
+    # its end in an order that cannot wait forever: by rank pair (lowest first, the same order on
+    # both ranks of a pair), the lower rank of a pair sending first and the higher receiving
+    # first, each peer's sends and recvs in the order given.
+
+    _batch: Optional[list] = None
+
+    def _start_coalescing(self, device: Any = None) -> None:
+        self._batch = []
+
+    def _defer(self, kind: str, tensors: List[torch.Tensor], peer: int) -> dist.Work:
+        for t in tensors:
+            _check(t, "tensor")
+        later = _Later(list(tensors))
+        self._batch.append((kind, list(tensors), peer, later))
+        return later
+
+    def _end_coalescing(self, device: Any = None) -> dist.Work:
+        batch, self._batch = self._batch or [], None
+        me = self._rank
+
+        def order(op: tuple) -> tuple:
+            kind, _, peer, _ = op
+            return (min(me, peer), max(me, peer), 0 if (kind == "send") == (me < peer) else 1)
+
+        works = []
+        for kind, tensors, peer, later in sorted(batch, key=order):
+            later._work = self._send(tensors, peer) if kind == "send" else self._recv(tensors, peer)
+            works.append(later._work)
+        return _All(works)
 
 
 def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupBoltccl:

@@ -1,6 +1,7 @@
 """ReduceOp.PREMUL_SUM and AVG (every floating-point dtype), PRODUCT, BAND, BOR and BXOR, the
 coalesced all_gather_into_tensor and reduce_scatter_tensor (direct, and through
-dist._coalescing_manager), and sequence numbers, through the boltccl torch.distributed backend.
+dist._coalescing_manager), batch_isend_irecv, and sequence numbers, through the boltccl
+torch.distributed backend.
 Every result is compared bit for bit with an exact reference computed here (and with Gloo's
 where Gloo has the call); inputs the call must not change are checked unchanged; the sequence
 numbers are compared with Gloo's for the same calls. Prints one RESULT line."""
@@ -223,6 +224,30 @@ for name, op, factor in (("MAX", dist.ReduceOp.MAX, None), ("PREMUL_SUM", dist._
         )
     check(f"reduce_scatter_tensor_coalesced {name}", ok)
 check("reduce_scatter_tensor_coalesced leaves the inputs", all(same(a, b) for a, b in zip(rs_ins, rs_keep)))
+
+# -- batch_isend_irecv: every rank posts its irecvs first (one after another on a boltccl group,
+# these would wait forever without the backend's reordering); a ring both ways, and to every peer.
+for m in (3, 50000):
+    for dt in (torch.float32, torch.int64):
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        got_prv, got_nxt = torch.full((m,), -1).to(dt), torch.full((m,), -1).to(dt)
+        ops = [
+            dist.P2POp(dist.irecv, got_prv, prv),
+            dist.P2POp(dist.irecv, got_nxt, nxt) if n > 2 else None,
+            dist.P2POp(dist.isend, val(rank, (m,), dt, salt=500 + nxt), nxt),
+            dist.P2POp(dist.isend, val(rank, (m,), dt, salt=500 + prv), prv) if n > 2 else None,
+        ]
+        for w in dist.batch_isend_irecv([o for o in ops if o is not None]):
+            w.wait()
+        ok = same(got_prv, val(prv, (m,), dt, salt=500 + rank)) and (n == 2 or same(got_nxt, val(nxt, (m,), dt, salt=500 + rank)))
+        check(f"batch_isend_irecv ring {dt} x{m}", ok)
+        # Two tensors to and from every peer, recvs first, in the order given.
+        outs = {(q, k): torch.full((m,), -1).to(dt) for q in range(n) if q != rank for k in range(2)}
+        ops = [dist.P2POp(dist.irecv, outs[q, k], q) for q, k in outs]
+        ops += [dist.P2POp(dist.isend, val(rank, (m,), dt, salt=600 + 10 * q + k), q) for q, k in outs]
+        works = dist.batch_isend_irecv(ops)
+        works[-1].get_future().wait()
+        check(f"batch_isend_irecv to every peer {dt} x{m}", all(same(o, val(q, (m,), dt, salt=600 + 10 * rank + k)) for (q, k), o in outs.items()))
 
 # -- sequence numbers: as Gloo counts the same calls -------------------------------------------------
 
