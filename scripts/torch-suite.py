@@ -37,13 +37,21 @@ if __name__ == "__main__":
         help="comma-separated features of DistTestCases.backend_feature (ddp, subgroup, ...) to claim for the backend: "
         "distributed_test.py skips their tests for a backend it does not list",
     )
+    ap.add_argument(
+        "--as-backend",
+        default="",
+        help="let distributed_test.py take the backend for this one (e.g. gloo) when it picks tests and "
+        "paths, while every process group it makes for that name is the backend under test: runs the "
+        "tests it keeps for named backends (their failures need reading: a test may expect that backend's messages)",
+    )
     ap.add_argument("--json", help="write the outcome of every test here")
     ap.add_argument("--list", action="store_true", help="print the test names and exit")
     ap.add_argument("-q", action="store_true", help="print only failures and the counts")
     ARGS = ap.parse_args()
     # Read by distributed_test.py at import, here and in every spawned process (which inherit
     # this environment).
-    os.environ["BACKEND"] = ARGS.backend
+    os.environ["BACKEND"] = ARGS.as_backend or ARGS.backend
+    os.environ["TORCH_SUITE_BACKEND"] = ARGS.backend
     os.environ["WORLD_SIZE"] = str(ARGS.world_size)
     os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="torch-suite-"))
     os.environ["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(ARGS.timeout)
@@ -52,10 +60,25 @@ if __name__ == "__main__":
     os.environ.setdefault("BOLTCCL_LOG", "error")
 
 os.environ.setdefault("TEMP_DIR", tempfile.gettempdir())
-if os.environ.get("BACKEND") == "boltccl":
+_BACKEND = os.environ.get("TORCH_SUITE_BACKEND", os.environ.get("BACKEND"))
+if _BACKEND == "boltccl":
     import boltccl.torch  # noqa: F401  registers the backend "boltccl"
 
 import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+if _BACKEND != os.environ.get("BACKEND"):  # --as-backend
+    _init, _as = dist.init_process_group, os.environ["BACKEND"]
+
+    def _init_as(*args, **kwargs):
+        if kwargs.get("backend") == _as:
+            kwargs["backend"] = _BACKEND
+        elif args and args[0] == _as:
+            args = (_BACKEND, *args[1:])
+        return _init(*args, **kwargs)
+
+    dist.init_process_group = _init_as
+
 from torch.testing._internal.common_distributed import DistTestCases  # noqa: E402
 
 # Decided when distributed_test.py is imported (its skip decorators read these sets).
@@ -142,7 +165,8 @@ def main() -> int:
 
     TestDistBackendWithSpawn.setUpClass()
     rows, t_all = [], time.time()
-    print(f"torch {torch.__version__}, backend {ARGS.backend}, world size {ARGS.world_size}, {len(names)} tests", flush=True)
+    as_ = f" (as {ARGS.as_backend})" if ARGS.as_backend else ""
+    print(f"torch {torch.__version__}, backend {ARGS.backend}{as_}, world size {ARGS.world_size}, {len(names)} tests", flush=True)
     for name in names:
         t = time.time()
         r = Result()
@@ -157,7 +181,7 @@ def main() -> int:
     counts = {s: sum(r["status"] == s for r in rows) for s in ("PASS", "FAIL", "SKIP")}
     wall = time.time() - t_all
     print(
-        f"backend {ARGS.backend}: {len(rows)} run, {counts['PASS']} passed, {counts['FAIL']} failed, "
+        f"backend {ARGS.backend}{as_}: {len(rows)} run, {counts['PASS']} passed, {counts['FAIL']} failed, "
         f"{counts['SKIP']} skipped in {wall:.0f} s",
         flush=True,
     )
