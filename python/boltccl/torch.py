@@ -12,18 +12,20 @@ zero-copy on contiguous CPU tensors (a non-contiguous one goes through a contigu
 (``boltccl.TimeoutError``, ``boltccl.PeerLostError``, ...), and whose ``get_future()``
 completes when the call does (what DistributedDataParallel's hooks use).
 
-Supported: all_reduce (SUM, AVG, PREMUL_SUM, MAX, MIN), all_gather, all_gather_into_tensor,
-all_gather_coalesced, reduce_scatter, reduce_scatter_tensor (SUM, AVG, PREMUL_SUM, MAX, MIN),
-the coalesced forms torch and FSDP2 call (allreduce_coalesced, allgather_into_tensor_coalesced,
-reduce_scatter_tensor_coalesced: all_reduce, all_gather_into_tensor and reduce_scatter_tensor
-inside ``dist._coalescing_manager``, one Work for the lot), broadcast, all_to_all_single (with
-and without split sizes), all_to_all, gather, scatter, reduce (any root; SUM, AVG, PREMUL_SUM,
-MAX, MIN), barrier, send/recv and isend/irecv (with an explicit source), new_group, abort and
-shutdown (destroy_process_group), sequence numbers (``_get_sequence_number_for_group``: the
-calls made on the group, as Gloo counts them); DistributedDataParallel on torch 2.x.
-AVG and PREMUL_SUM (``dist._make_nccl_premul_sum(factor)``, a float or a one-element tensor:
-each rank's input times the factor, in its own type, then summed; the caller's input is left
-as NCCL leaves it) take floating-point tensors, float16 and bfloat16 included.
+Supported: all_reduce (SUM, AVG, PREMUL_SUM, MAX, MIN, PRODUCT, BAND, BOR, BXOR), all_gather,
+all_gather_into_tensor, all_gather_coalesced, reduce_scatter, reduce_scatter_tensor (SUM, AVG,
+PREMUL_SUM, MAX, MIN), the coalesced forms torch and FSDP2 call (allreduce_coalesced,
+allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced: all_reduce,
+all_gather_into_tensor and reduce_scatter_tensor inside ``dist._coalescing_manager``, one Work
+for the lot), broadcast, all_to_all_single (with and without split sizes), all_to_all, gather,
+scatter, reduce (any root; the ops of all_reduce), barrier, send/recv and isend/irecv (with an
+explicit source), batch_isend_irecv, new_group, abort and shutdown (destroy_process_group),
+sequence numbers (``_get_sequence_number_for_group``: the calls made on the group, as Gloo
+counts them); DistributedDataParallel on torch 2.x. AVG and PREMUL_SUM
+(``dist._make_nccl_premul_sum(factor)``, a float or a one-element tensor: each rank's input
+times the factor, in its own type, then summed; the caller's input is left as NCCL leaves it)
+take floating-point tensors, float16 and bfloat16 included; PRODUCT and the bitwise ops gather
+every rank's tensor and combine them in rank order (see ``_LOCAL_OPS``).
 """
 
 from __future__ import annotations
