@@ -488,13 +488,20 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         if inline is None:
             inline = nbytes <= INLINE_MAX_BYTES
         if not inline:
-            return _handed(_Work([c(True) for c in calls], result, finish))
-        for c in calls:
-            try:
-                c(False)
-            except boltccl.Error as e:
-                return _handed(_Work([], result, None, error=e))
-        return _handed(_Work([], result, finish))
+            work = _handed(_Work([c(True) for c in calls], result, finish))
+        else:
+            work = None
+            for c in calls:
+                try:
+                    c(False)
+                except boltccl.Error as e:
+                    work = _handed(_Work([], result, None, error=e))
+                    break
+            if work is None:
+                work = _handed(_Work([], result, finish))
+        if self._batch is not None:  # inside a coalescing window: the window's Work waits for it
+            self._batch_works.append(work)
+        return work
 
     # -- what torch asks of a process group -------------------------------------------------
 
@@ -993,7 +1000,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     _batch: Optional[list] = None
 
     def _start_coalescing(self, device: Any = None) -> None:
-        self._batch = []
+        self._batch, self._batch_works = [], []
 
     def _defer(self, kind: str, tensors: List[torch.Tensor], peer: int) -> dist.Work:
         for t in tensors:
@@ -1010,7 +1017,9 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             kind, _, peer, _ = op
             return (min(me, peer), max(me, peer), 0 if (kind == "send") == (me < peer) else 1)
 
-        works = []
+        # The window's Work also waits for the collectives started in it (calls complete in
+        # the order started: they come first).
+        works, self._batch_works = getattr(self, "_batch_works", []), []
         for kind, tensors, peer, later in sorted(batch, key=order):
             later._work = self._send(tensors, peer) if kind == "send" else self._recv(tensors, peer)
             works.append(later._work)

@@ -249,6 +249,18 @@ for m in (3, 50000):
         works[-1].get_future().wait()
         check(f"batch_isend_irecv to every peer {dt} x{m}", all(same(o, val(q, (m,), dt, salt=600 + 10 * rank + k)) for (q, k), o in outs.items()))
 
+# A coalescing window on a device (as batch_isend_irecv opens): its one Work covers the
+# collectives in it, large (started) ones included.
+big = [val(rank, (40000,), torch.float32, salt=700 + k) for k in range(2)]
+bc = val(rank, (40000,), torch.float32, salt=710)
+with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+    for t in big:
+        dist.all_reduce(t)
+    dist.broadcast(bc, src=n - 1)
+cm.wait()
+ok = all(same(t, exact([val(q, (40000,), torch.float32, salt=700 + k) for q in range(n)], torch.float32)) for k, t in enumerate(big))
+check("coalescing window on a device", ok and same(bc, val(n - 1, (40000,), torch.float32, salt=710)))
+
 # -- sequence numbers: as Gloo counts the same calls -------------------------------------------------
 
 
