@@ -12,11 +12,20 @@ zero-copy on contiguous CPU tensors (a non-contiguous one goes through a contigu
 (``boltccl.TimeoutError``, ``boltccl.PeerLostError``, ...), and whose ``get_future()``
 completes when the call does (what DistributedDataParallel's hooks use).
 
-Supported: all_reduce (SUM, AVG, MAX, MIN), all_gather, all_gather_into_tensor,
-reduce_scatter, reduce_scatter_tensor (SUM, AVG, MAX, MIN), broadcast, all_to_all_single (with
-and without split sizes), all_to_all, gather, scatter, reduce (any root; SUM, AVG, MAX, MIN),
-barrier, send/recv and isend/irecv (with an explicit source), new_group, abort and shutdown
-(destroy_process_group); DistributedDataParallel on torch 2.x.
+Supported: all_reduce (SUM, AVG, PREMUL_SUM, MAX, MIN, PRODUCT, BAND, BOR, BXOR), all_gather,
+all_gather_into_tensor, all_gather_coalesced, reduce_scatter, reduce_scatter_tensor (SUM, AVG,
+PREMUL_SUM, MAX, MIN), the coalesced forms torch and FSDP2 call (allreduce_coalesced,
+allgather_into_tensor_coalesced, reduce_scatter_tensor_coalesced: all_reduce,
+all_gather_into_tensor and reduce_scatter_tensor inside ``dist._coalescing_manager``, one Work
+for the lot), broadcast, all_to_all_single (with and without split sizes), all_to_all, gather,
+scatter, reduce (any root; the ops of all_reduce), barrier, send/recv and isend/irecv (with an
+explicit source), batch_isend_irecv, new_group, abort and shutdown (destroy_process_group),
+sequence numbers (``_get_sequence_number_for_group``: the calls made on the group, as Gloo
+counts them); DistributedDataParallel on torch 2.x. AVG and PREMUL_SUM
+(``dist._make_nccl_premul_sum(factor)``, a float or a one-element tensor: each rank's input
+times the factor, in its own type, then summed; the caller's input is left as NCCL leaves it)
+take floating-point tensors, float16 and bfloat16 included; PRODUCT and the bitwise ops gather
+every rank's tensor and combine them in rank order (see ``_LOCAL_OPS``).
 """
 
 from __future__ import annotations
@@ -63,21 +72,63 @@ _SUM, _MAX, _MIN = dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.MIN
 
 
 def _reduce_op(op: Any, dtype: torch.dtype) -> tuple:
-    """(boltccl op name, divide by the size afterwards)."""
+    """(boltccl op name, divide by the size afterwards, PREMUL_SUM's factor or None)."""
     if op == dist.ReduceOp.SUM:
-        return "sum", False
+        return "sum", False, None
     if op == dist.ReduceOp.MAX:
-        return "max", False
+        return "max", False, None
     if op == dist.ReduceOp.MIN:
-        return "min", False
+        return "min", False, None
     if op == dist.ReduceOp.AVG:
         if not (dtype.is_floating_point):
             raise ValueError(f"ReduceOp.AVG needs a floating-point tensor, got {dtype}: use SUM and divide")
-        return "sum", True
+        return "sum", True, None
+    if op == dist.ReduceOp.PREMUL_SUM:
+        return "sum", False, _premul_factor(op, dtype)
     raise ValueError(
-        f"the boltccl backend reduces with SUM, AVG, MAX and MIN, not {op}: "
-        "compute the others from these (e.g. PRODUCT as exp(SUM(log)))"
+        f"the boltccl backend reduces with SUM, AVG, PREMUL_SUM, MAX and MIN here, not {getattr(op, 'op', op)} "
+        "(all_reduce and reduce also take PRODUCT, BAND, BOR and BXOR)"
     )
+
+
+#: Reductions boltccl has no kernel for, which all_reduce and reduce run by gathering every
+#: rank's tensor and reducing them here in rank order (the size times a native call's memory
+#: and traffic; the same bits on every rank).
+_LOCAL_OPS = {
+    dist.ReduceOp.PRODUCT: torch.Tensor.mul_,
+    dist.ReduceOp.BAND: torch.Tensor.bitwise_and_,
+    dist.ReduceOp.BOR: torch.Tensor.bitwise_or_,
+    dist.ReduceOp.BXOR: torch.Tensor.bitwise_xor_,
+}
+
+
+def _local_op(op: Any, dtype: Optional[torch.dtype] = None) -> Optional[Callable]:
+    """The in-place function that combines two ranks' tensors for a reduction in _LOCAL_OPS,
+    else None."""
+    fn = _LOCAL_OPS.get(getattr(op, "op", op))
+    if fn is not None and fn is not torch.Tensor.mul_ and dtype is not None and dtype.is_floating_point:
+        raise TypeError(f"{getattr(op, 'op', op)} needs an integer tensor, got {dtype}")
+    return fn
+
+
+def _premul_factor(op: Any, dtype: torch.dtype) -> torch.Tensor:
+    """PREMUL_SUM's factor (a float or a one-element tensor, read from the ReduceOp that
+    ``torch.distributed._make_nccl_premul_sum(factor)`` made) as a scalar tensor of `dtype`:
+    as NCCL does, each rank's input is multiplied by the factor in the input's own type."""
+    if not dtype.is_floating_point:
+        raise TypeError(f"ReduceOp.PREMUL_SUM needs a floating-point tensor (as NCCL's does), got {dtype}")
+    try:
+        factor = op.factor
+    except (AttributeError, RuntimeError):
+        raise ValueError(
+            "ReduceOp.PREMUL_SUM needs its factor: make the op with "
+            "torch.distributed._make_nccl_premul_sum(factor), not ReduceOp.PREMUL_SUM itself"
+        ) from None
+    if isinstance(factor, torch.Tensor):
+        if factor.numel() != 1:
+            raise ValueError(f"PREMUL_SUM's factor must be a number or a one-element tensor, got shape {tuple(factor.shape)}")
+        return factor.detach().to(device="cpu", dtype=dtype).reshape(())
+    return torch.tensor(float(factor), dtype=dtype)
 
 
 def _check(t: torch.Tensor, what: str) -> None:
@@ -306,6 +357,75 @@ class _Done(dist.Work):
         pass
 
 
+class _Later(dist.Work):
+    """A send or recv kept for the end of a coalescing window: its Work once started."""
+
+    def __init__(self, result: List[torch.Tensor]):
+        super().__init__()
+        self._result = result
+        self._work: Optional[dist.Work] = None
+
+    def _started(self) -> dist.Work:
+        if self._work is None:
+            raise RuntimeError("this send/recv starts when its coalescing window ends (batch_isend_irecv): wait on the Work that returns")
+        return self._work
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        return self._started().wait() if timeout is None else self._started().wait(timeout)
+
+    def is_completed(self) -> bool:
+        return self._work is not None and self._work.is_completed()
+
+    def is_success(self) -> bool:
+        return self._work is not None and self._work.is_success()
+
+    def exception(self) -> Any:
+        return None if self._work is None else self._work.exception()
+
+    def result(self) -> List[torch.Tensor]:
+        self.wait()
+        return self._result
+
+    def get_future(self) -> torch.futures.Future:
+        return self._started().get_future()
+
+    def synchronize(self) -> None:
+        self.wait()
+
+
+class _All(dist.Work):
+    """Several Works as one (what a coalescing window's end returns)."""
+
+    def __init__(self, works: List[dist.Work]):
+        super().__init__()
+        self._works = works
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        for w in self._works:
+            w.wait() if timeout is None else w.wait(timeout)
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self._works)
+
+    def is_success(self) -> bool:
+        return all(w.is_success() for w in self._works)
+
+    def exception(self) -> Any:
+        return next((e for e in (w.exception() for w in self._works) if e is not None), None)
+
+    def result(self) -> List[torch.Tensor]:
+        self.wait()
+        return [t for w in self._works for t in w.result()]
+
+    def get_future(self) -> torch.futures.Future:
+        futs = [w.get_future() for w in self._works]
+        return torch.futures.collect_all(futs).then(lambda f: [t for x in f.value() for t in x.value()])
+
+    def synchronize(self) -> None:
+        self.wait()
+
+
 def _done(result: List[torch.Tensor]) -> dist.Work:
     w = _Done()
     w._result = result
@@ -344,6 +464,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
+        self._seq = 0  # collectives called on this group (_get_sequence_number_for_group)
         seconds = max(1.0, timeout.total_seconds())
         if rank == 0:
             ip = _local_ip(store)
@@ -367,13 +488,20 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         if inline is None:
             inline = nbytes <= INLINE_MAX_BYTES
         if not inline:
-            return _handed(_Work([c(True) for c in calls], result, finish))
-        for c in calls:
-            try:
-                c(False)
-            except boltccl.Error as e:
-                return _handed(_Work([], result, None, error=e))
-        return _handed(_Work([], result, finish))
+            work = _handed(_Work([c(True) for c in calls], result, finish))
+        else:
+            work = None
+            for c in calls:
+                try:
+                    c(False)
+                except boltccl.Error as e:
+                    work = _handed(_Work([], result, None, error=e))
+                    break
+            if work is None:
+                work = _handed(_Work([], result, finish))
+        if self._batch is not None:  # inside a coalescing window: the window's Work waits for it
+            self._batch_works.append(work)
+        return work
 
     # -- what torch asks of a process group -------------------------------------------------
 
@@ -397,8 +525,27 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     def group_desc(self) -> str:
         return getattr(self, "_group_desc", "")
 
+    # torch.distributed asks a group for its C++ backend of a device (batch_isend_irecv, and
+    # new_group whether it can split the default group); one written in Python registers
+    # none, so the call failed ("No backend type associated with device type cpu"). The group
+    # is its own backend for every device, one that neither coalesces nor splits.
+    supports_coalescing = True  # batch_isend_irecv: see _start_coalescing
+    supports_splitting = False  # new_group forms a fresh boltccl group
+
+    def _get_backend(self, device: Any = None) -> "ProcessGroupBoltccl":
+        return self
+
     def size(self) -> int:
         return self._size
+
+    # Sequence numbers, as Gloo's: every rank counts the calls it makes on the group from 0 (a
+    # collective on every rank, a send or recv on the two ranks it joins), so the ranks agree
+    # between collectives.
+    def _get_sequence_number_for_group(self) -> int:
+        return self._seq
+
+    def _set_sequence_number_for_group(self) -> None:
+        """Nothing to do: as Gloo's since torch 2.15, the numbers start at 0 on every rank."""
 
     def rank(self) -> int:
         return self._rank
@@ -407,6 +554,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         # The common small call (one dense, contiguous CPU tensor; SUM, MAX or MIN) runs by
         # address: under torch.distributed a 4-byte all_reduce has a few microseconds of Python
         # to spend, and the general path's array view and closures take about ten.
+        self._seq += 1
         t = tensors[0] if len(tensors) == 1 else None
         if t is not None and t.is_cpu and t.layout is torch.strided and t.is_contiguous():
             n = t.numel()
@@ -420,11 +568,15 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
                     return _handed(_Work((), tensors, None, error=e))
                 return _done(tensors)
         opts = opts if opts is not None else dist.AllreduceOptions()
+        if _local_op(opts.reduceOp) is not None:
+            return self._reduce_gathered(tensors, opts.reduceOp, None)
         calls, copies, divide, nbytes = [], [], False, 0
         for i, t in enumerate(tensors):
             _check(t, f"tensors[{i}]")
-            name, divide = _reduce_op(opts.reduceOp, t.dtype)
+            name, divide, factor = _reduce_op(opts.reduceOp, t.dtype)
             f = _flat(t)
+            if factor is not None:
+                f.mul_(factor)  # the tensor is the output too (NCCL's in-place all_reduce)
             copies.append((t, f))
             nbytes += f.numel() * f.element_size()
             arr, dt = _arr(f)
@@ -435,7 +587,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         o = dist.AllreduceOptions()
         if opts is not None:
             o.reduceOp = opts.reduceOp
-        return self.allreduce(tensors, o)
+        return self.allreduce(tensors, o)  # one collective: allreduce counts it
 
     def _finisher(self, copies: list, divide: bool) -> Optional[Callable[[], None]]:
         back = [(t, f) for t, f in copies if f is not t and (f.data_ptr() != t.data_ptr() or f.stride() != t.stride())]
@@ -453,6 +605,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         return finish
 
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        self._seq += 1
         root = opts.rootRank if opts is not None else 0
         calls, copies, nbytes = [], [], 0
         for i, t in enumerate(tensors):
@@ -465,6 +618,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         return self._start(calls, nbytes, list(tensors), self._finisher(copies, False))
 
     def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        self._seq += 1
         calls, finishers, nbytes = [], [], 0
         for outs, t in zip(output_lists, inputs):
             _check(t, "input")
@@ -484,50 +638,108 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
         return self._start(calls, nbytes, [o for outs in output_lists for o in outs], finish)
 
-    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
-        _check(input, "input")
-        _check(output, "output")
+    def _pairs(self, what: str, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> List[tuple]:
+        """(output, input) pairs of a coalesced call, whose lists must have one length."""
+        if len(outputs) != len(inputs):
+            raise ValueError(f"{what}: {len(inputs)} input tensors and {len(outputs)} output tensors: pass one output for each input")
+        return list(zip(outputs, inputs))
+
+    def _gather_into(self, output: torch.Tensor, input: torch.Tensor, what: str) -> tuple:  # noqa: A002
+        """all_gather_into_tensor of one pair: (call, bytes, (output, its flat buffer))."""
+        _check(input, f"{what} input")
+        _check(output, f"{what} output")
+        if output.dtype != input.dtype or output.numel() != self._size * input.numel():
+            raise ValueError(
+                f"{what}: the output ({output.dtype} x {output.numel()}) must have the input's dtype and "
+                f"{self._size} (the ranks) times its elements ({input.dtype} x {input.numel()})"
+            )
         out = _flat(output)
         src = _apart(_flat(input).reshape(-1), out)
         call = lambda a: self._g.all_gather(src, out=out.reshape(-1), async_op=a)  # noqa: E731
-        nbytes = out.numel() * out.element_size()
-        return self._start([call], nbytes, [output], self._finisher([(output, out)], False))
+        return call, out.numel() * out.element_size(), (output, out)
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
+        self._seq += 1
+        call, nbytes, copy = self._gather_into(output, input, "all_gather_into_tensor")
+        return self._start([call], nbytes, [output], self._finisher([copy], False))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         return self._allgather_base(output, input, opts)
 
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
-        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
-        return works[-1] if works else _handed(_Work([], []))
+        """all_gather_into_tensor of each (output, input) pair, as one call (one Work, one
+        collective in the sequence numbers): what all_gather_into_tensor inside
+        ``dist._coalescing_manager`` and FSDP2 issue."""
+        parts = [self._gather_into(o, i, f"all_gather_into_tensor[{k}]") for k, (o, i) in enumerate(self._pairs("allgather_into_tensor_coalesced", outputs, inputs))]
+        self._seq += 1
+        return self._start([p[0] for p in parts], sum(p[1] for p in parts), list(outputs), self._finisher([p[2] for p in parts], False))
+
+    def all_gather_single_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        """all_gather_coalesced: output_lists[r][i] gets rank r's inputs[i]."""
+        if len(output_lists) != self._size or any(len(outs) != len(inputs) for outs in output_lists):
+            raise ValueError(f"all_gather_coalesced needs {self._size} (the ranks) output lists of {len(inputs)} tensors (one per input)")
+        return self.allgather([[outs[i] for outs in output_lists] for i in range(len(inputs))], inputs, opts)
 
     def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts: Any = None) -> dist.Work:
+        self._seq += 1
         reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         calls, copies, divide, nbytes = [], [], False, 0
         for out, ins in zip(outputs, input_lists):
             _check(out, "output")
             if len(ins) != self._size:
                 raise ValueError(f"reduce_scatter needs {self._size} input tensors, got {len(ins)}")
-            name, divide = _reduce_op(reduce_op, out.dtype)
+            name, divide, factor = _reduce_op(reduce_op, out.dtype)
             flat_in = torch.cat([i.detach().reshape(-1) for i in ins])
+            if factor is not None:
+                flat_in.mul_(factor)  # a copy: the inputs are left as they were
             f = _flat(out)
             copies.append((out, f))
             nbytes += flat_in.numel() * flat_in.element_size()
             calls.append(lambda a, i=flat_in, f=f, name=name: self._g.reduce_scatter(i, out=f.reshape(-1), op=name, async_op=a))
         return self._start(calls, nbytes, list(outputs), self._finisher(copies, divide))
 
-    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
-        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        _check(input, "input")
-        _check(output, "output")
-        name, divide = _reduce_op(reduce_op, output.dtype)
+    def _scatter_from(self, output: torch.Tensor, input: torch.Tensor, reduce_op: Any, what: str) -> tuple:  # noqa: A002
+        """reduce_scatter_tensor of one pair: (call, bytes, (output, its flat buffer), divide)."""
+        _check(input, f"{what} input")
+        _check(output, f"{what} output")
+        if output.dtype != input.dtype or input.numel() != self._size * output.numel():
+            raise ValueError(
+                f"{what}: the input ({input.dtype} x {input.numel()}) must have the output's dtype and "
+                f"{self._size} (the ranks) times its elements ({output.dtype} x {output.numel()})"
+            )
+        name, divide, factor = _reduce_op(reduce_op, output.dtype)
         f = _flat(output)
-        src = _apart(_flat(input).reshape(-1), f)
+        src = _flat(input).reshape(-1)
+        # PREMUL_SUM scales a copy (the caller's input is left as it was), else the input
+        # itself, apart from the output.
+        src = src * factor if factor is not None else _apart(src, f)
         call = lambda a: self._g.reduce_scatter(src, out=f.reshape(-1), op=name, async_op=a)  # noqa: E731
-        nbytes = src.numel() * src.element_size()
-        return self._start([call], nbytes, [output], self._finisher([(output, f)], divide))
+        return call, src.numel() * src.element_size(), (output, f), divide
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
+        self._seq += 1
+        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        call, nbytes, copy, divide = self._scatter_from(output, input, reduce_op, "reduce_scatter_tensor")
+        return self._start([call], nbytes, [output], self._finisher([copy], divide))
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         return self._reduce_scatter_base(output, input, opts)
+
+    def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        """reduce_scatter_tensor of each (output, input) pair with one op, as one call (one
+        Work, one collective in the sequence numbers)."""
+        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        pairs = self._pairs("reduce_scatter_tensor_coalesced", outputs, inputs)
+        parts = [self._scatter_from(o, i, reduce_op, f"reduce_scatter_tensor[{k}]") for k, (o, i) in enumerate(pairs)]
+        self._seq += 1
+        divide = any(p[3] for p in parts)
+        return self._start([p[0] for p in parts], sum(p[1] for p in parts), list(outputs), self._finisher([p[2] for p in parts], divide))
+
+    def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
 
     # -- all-to-all, gather, scatter, reduce ---------------------------------------------------
 
@@ -555,6 +767,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         """all_to_all_single: input's part q (equal parts, or `input_split_sizes` rows) to rank
         q; output gets rank q's part for this rank in rank order, zero-copy on contiguous
         tensors."""
+        self._seq += 1
         _check(input, "input")
         _check(output, "output")
         if input.dtype != output.dtype:
@@ -589,6 +802,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         """all_to_all: input_tensors[q] to rank q, output_tensors[q] from rank q (sizes may differ
         per rank). Zero-copy where each list is adjacent pieces of one tensor (``t.chunk(n)``),
         else through one staging buffer each way."""
+        self._seq += 1
         n = self._size
         for what, ts in (("input_tensors", input_tensors), ("output_tensors", output_tensors)):
             if len(ts) != n:
@@ -619,6 +833,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
         """gather: the root's list gets every rank's tensor (zero-copy where the list is adjacent
         pieces of one tensor)."""
+        self._seq += 1
         root = opts.rootRank if opts is not None else 0
         if len(input_tensors) != 1:
             raise ValueError(f"gather takes one input tensor, got {len(input_tensors)}")
@@ -649,6 +864,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]], opts: Any = None) -> dist.Work:
         """scatter: rank q's tensor gets the root's list[q] (zero-copy where the list is adjacent
         pieces of one tensor)."""
+        self._seq += 1
         root = opts.rootRank if opts is not None else 0
         if len(output_tensors) != 1:
             raise ValueError(f"scatter takes one output tensor, got {len(output_tensors)}")
@@ -676,20 +892,52 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         return self._start([call], src.numel() * src.element_size(), [t], finish)
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any = None) -> dist.Work:
-        """reduce: the root's tensor gets every rank's reduced with SUM, AVG (floating point),
-        MAX or MIN, the bits all_reduce gives; the other ranks' tensors are left as they were."""
+        """reduce: the root's tensor gets every rank's reduced with SUM, AVG or PREMUL_SUM
+        (floating point), MAX or MIN, the bits all_reduce gives; the other ranks' tensors are
+        left as they were."""
+        self._seq += 1
         root = opts.rootRank if opts is not None else 0
         reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         if len(tensors) != 1:
             raise ValueError(f"reduce takes one tensor, got {len(tensors)}")
+        if _local_op(reduce_op) is not None:
+            return self._reduce_gathered(tensors, reduce_op, root)
         t = tensors[0]
         _check(t, "tensor")
-        name, divide = _reduce_op(reduce_op, t.dtype)
+        name, divide, factor = _reduce_op(reduce_op, t.dtype)
         f = _flat(t)
+        if factor is not None:
+            # The root's tensor is the output; another rank's is left as it was (NCCL's reduce).
+            f = f.mul_(factor) if self._rank == root else f * factor
         arr, dt = _arr(f)
         call = lambda a: self._g.reduce(arr, root, dtype=dt, op=name, async_op=a)  # noqa: E731
         finish = self._finisher([(t, f)], divide) if self._rank == root else None
         return self._start([call], f.numel() * f.element_size(), [t], finish)
+
+    def _reduce_gathered(self, tensors: List[torch.Tensor], op: Any, root: Optional[int]) -> dist.Work:
+        """all_reduce (root None) or reduce with a reduction in _LOCAL_OPS: every rank's tensor
+        gathered, then combined here in rank order (on the root only, for reduce)."""
+        calls, outs, nbytes = [], [], 0
+        for i, t in enumerate(tensors):
+            _check(t, f"tensors[{i}]")
+            fn = _local_op(op, t.dtype)
+            src = _flat(t).reshape(-1)
+            g = torch.empty((self._size, src.numel()), dtype=t.dtype)
+            nbytes += g.numel() * g.element_size()
+            calls.append(lambda a, src=src, g=g: self._g.all_gather(src, out=g.reshape(-1), async_op=a))
+            outs.append((t, g, fn))
+
+        def finish() -> None:
+            if root is not None and root != self._rank:
+                return
+            with torch.no_grad():
+                for t, g, fn in outs:
+                    acc = g[0].clone()
+                    for r in range(1, self._size):
+                        fn(acc, g[r])
+                    t.copy_(acc.view(t.shape))
+
+        return self._start(calls, nbytes, list(tensors), finish)
 
     # -- failure handling -----------------------------------------------------------------------
 
@@ -707,9 +955,16 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         self._g = _ShutDown()
 
     def barrier(self, opts: Any = None) -> dist.Work:
+        self._seq += 1
         return self._start([lambda a: self._g.barrier(async_op=a)], 0, [])
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
+        self._seq += 1
+        if self._batch is not None:
+            return self._defer("send", tensors, dst)
+        return self._send(tensors, dst)
+
+    def _send(self, tensors: List[torch.Tensor], dst: int) -> dist.Work:
         works = []
         for t in tensors:
             _check(t, "tensor")
@@ -717,6 +972,12 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         return _handed(_Work(works, list(tensors)))
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
+        self._seq += 1
+        if self._batch is not None:
+            return self._defer("recv", tensors, src)
+        return self._recv(tensors, src)
+
+    def _recv(self, tensors: List[torch.Tensor], src: int) -> dist.Work:
         works, copies = [], []
         for t in tensors:
             _check(t, "tensor")
@@ -727,6 +988,42 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> dist.Work:
         raise ValueError("the boltccl backend receives from a named rank only: pass src= to recv/irecv")
+
+    # -- batch_isend_irecv -------------------------------------------------------------------------
+    # The calls on a boltccl group run one after another in the order started, so the usual
+    # batch (each rank posts its irecv, then its isend) would wait forever on every rank. Inside
+    # torch's coalescing window (batch_isend_irecv) the sends and recvs are kept, and started at
+    # its end in an order that cannot wait forever: by rank pair (lowest first, the same order on
+    # both ranks of a pair), the lower rank of a pair sending first and the higher receiving
+    # first, each peer's sends and recvs in the order given.
+
+    _batch: Optional[list] = None
+
+    def _start_coalescing(self, device: Any = None) -> None:
+        self._batch, self._batch_works = [], []
+
+    def _defer(self, kind: str, tensors: List[torch.Tensor], peer: int) -> dist.Work:
+        for t in tensors:
+            _check(t, "tensor")
+        later = _Later(list(tensors))
+        self._batch.append((kind, list(tensors), peer, later))
+        return later
+
+    def _end_coalescing(self, device: Any = None) -> dist.Work:
+        batch, self._batch = self._batch or [], None
+        me = self._rank
+
+        def order(op: tuple) -> tuple:
+            kind, _, peer, _ = op
+            return (min(me, peer), max(me, peer), 0 if (kind == "send") == (me < peer) else 1)
+
+        # The window's Work also waits for the collectives started in it (calls complete in
+        # the order started: they come first).
+        works, self._batch_works = getattr(self, "_batch_works", []), []
+        for kind, tensors, peer, later in sorted(batch, key=order):
+            later._work = self._send(tensors, peer) if kind == "send" else self._recv(tensors, peer)
+            works.append(later._work)
+        return _All(works)
 
 
 def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupBoltccl:

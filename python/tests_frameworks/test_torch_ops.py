@@ -1,6 +1,7 @@
 """all_to_all_single, all_to_all, gather, scatter and reduce through the torch.distributed
 backend "boltccl", under torchrun and boltccl launch at 2 and 3 ranks, against exact references
-and Gloo's results computed in the same run; abort() and shutdown() of the group."""
+and Gloo's results computed in the same run; PREMUL_SUM, AVG, the coalesced calls and sequence
+numbers; abort() and shutdown() of the group."""
 
 import pytest
 
@@ -22,6 +23,17 @@ def test_all_to_all_gather_scatter_reduce_under_boltccl_launch(n):
     res = results(out)
     assert [r["rank"] for r in res] == list(range(n)), out
     assert all(r["checks"] > 150 for r in res), res
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_premul_sum_avg_coalesced_and_sequence_numbers(n):
+    # PREMUL_SUM (float and tensor factors), AVG in every float dtype, the coalesced
+    # all_gather_into_tensor / reduce_scatter_tensor, sequence numbers against Gloo's, and
+    # the errors for bad inputs: exact values on every rank.
+    out = run([*TORCHRUN, "--nproc-per-node", str(n), str(WORKERS / "torch_reduce_ops.py")], timeout=300)
+    res = results(out)
+    assert [r["rank"] for r in res] == list(range(n)), out
+    assert all(r["checks"] > 160 for r in res), res
 
 
 def abort_worker(mode):

@@ -3,6 +3,7 @@ every rank: dtypes (bfloat16 included), reduce ops, non-contiguous tensors, asyn
 their futures, send/recv and isend/irecv, new_group. Prints one RESULT line."""
 
 import json
+import math
 
 import torch
 import torch.distributed as dist
@@ -36,11 +37,14 @@ check("max", t.tolist() == [n - 1, 0])
 t = torch.tensor([rank, -rank], dtype=torch.int64)
 dist.all_reduce(t, op=dist.ReduceOp.MIN)
 check("min", t.tolist() == [0, -(n - 1)])
+t = torch.tensor([rank + 1.0, 2.0])
+dist.all_reduce(t, op=dist.ReduceOp.PRODUCT)
+check("product", t.tolist() == [float(math.factorial(n)), 2.0**n])
 try:
-    dist.all_reduce(torch.ones(2), op=dist.ReduceOp.PRODUCT)
-    check("product refused", False)
+    dist.reduce_scatter_tensor(torch.ones(2), torch.ones(2 * n), op=dist.ReduceOp.PRODUCT)
+    check("reduce_scatter product refused", False)
 except (ValueError, RuntimeError) as e:
-    check("product refused", "SUM, AVG, MAX and MIN" in str(e))
+    check("reduce_scatter product refused", "SUM, AVG, PREMUL_SUM, MAX and MIN" in str(e))
 # A parameter that requires grad, and a non-contiguous view.
 p = torch.nn.Parameter(torch.full((4,), float(rank + 1)))
 dist.all_reduce(p.data)

@@ -155,7 +155,12 @@ def refused(name, f, exc, words):
     check(name, False)
 
 
-refused("reduce PRODUCT refused", lambda: dist.reduce(torch.ones(2), dst=0, op=dist.ReduceOp.PRODUCT), ValueError, "SUM, AVG, MAX and MIN")
+refused(
+    "reduce_scatter PRODUCT refused",
+    lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(2 * n), op=dist.ReduceOp.PRODUCT),
+    ValueError,
+    "SUM, AVG, PREMUL_SUM, MAX and MIN",
+)
 refused("reduce AVG of ints refused", lambda: dist.reduce(torch.ones(2, dtype=torch.int32), dst=0, op=dist.ReduceOp.AVG), ValueError, "floating-point")
 refused(
     "bad split sizes refused",
