@@ -300,14 +300,21 @@ fn qwen_families_match_their_safetensors_twins() {
     }
 }
 
+/// Metadata keys and values, as `arch_meta` gives them.
+type MetaList = Vec<(String, common::gguf_writer::Meta)>;
+
 /// An architecture or RoPE scaling the example cannot run stops the load, naming what the file
-/// has and what is supported; so does a `rope_freqs` tensor of the wrong length.
+/// has and what is supported; so does a `rope_freqs` tensor of the wrong length. Factors of one
+/// change nothing; a linear factor of 2 halves every frequency.
 #[test]
 fn unsupported_architectures_and_rope_scaling_are_named() {
     use boltccl_llm::loader::WeightSource;
     use common::gguf_writer::{arch_meta, f32s, write, Meta, RawTensor};
     let s = spec();
-    let raw = |extra: Option<Vec<f32>>| {
+    let dir = common::temp_dir("gguf-refused");
+    // Writes `s`'s f32 weights with the metadata `edit` makes of the llama keys, and
+    // `rope_freqs` when given; opens the file.
+    let open = |tag: &str, edit: &dyn Fn(&mut MetaList), freqs: Option<Vec<f32>>| {
         let mut raw: Vec<RawTensor> = common::tensors(&s)
             .into_iter()
             .map(|(n, t)| RawTensor {
@@ -317,61 +324,33 @@ fn unsupported_architectures_and_rope_scaling_are_named() {
                 bytes: f32s(&t.data).0,
             })
             .collect();
-        if let Some(f) = extra {
+        if let Some(f) = freqs {
             raw.push(RawTensor { name: "rope_freqs.weight".into(), shape: vec![f.len()], ty: 0, bytes: f32s(&f).0 });
         }
-        raw
-    };
-    let dir = common::temp_dir("gguf-refused");
-    let cases: [(&str, Vec<(String, Meta)>, Option<Vec<f32>>, &[&str]); 3] = [
-        (
-            "arch",
-            {
-                let mut m = arch_meta(&s);
-                m[0].1 = Meta::Str("gemma2".into());
-                m
-            },
-            None,
-            &["\"gemma2\"", "llama, qwen2, qwen3"],
-        ),
-        (
-            "yarn",
-            {
-                let mut m = arch_meta(&s);
-                m.push(("llama.rope.scaling.type".into(), Meta::Str("yarn".into())));
-                m
-            },
-            None,
-            &["\"yarn\"", "linear", "rope_freqs"],
-        ),
-        ("freqs", arch_meta(&s), Some(vec![1.0; 3]), &["rope_freqs.weight", "3 factors", "need 4"]),
-    ];
-    for (tag, meta, extra, wants) in cases {
+        let mut meta = arch_meta(&s);
+        edit(&mut meta);
         let meta: Vec<(&str, Meta)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
         let path = dir.join(format!("{tag}.gguf"));
-        std::fs::write(&path, write(&meta, &raw(extra))).unwrap();
-        let e = format!("{:#}", GgufModel::open(&path).err().unwrap_or_else(|| panic!("{tag} accepted")));
+        std::fs::write(&path, write(&meta, &raw)).unwrap();
+        GgufModel::open(&path)
+    };
+    let refused = |tag: &str, r: anyhow::Result<GgufModel>, wants: &[&str]| {
+        let e = format!("{:#}", r.err().unwrap_or_else(|| panic!("{tag} accepted")));
         for want in wants {
             assert!(e.contains(want), "{tag}: {want:?} missing from: {e}");
         }
-    }
-    // Factors of one change nothing; a linear factor of 2 halves every frequency.
-    std::fs::write(
-        dir.join("ones.gguf"),
-        write(
-            &arch_meta(&s).iter().map(|(k, v)| (k.as_str(), v.clone())).collect::<Vec<_>>(),
-            &raw(Some(vec![1.0; 4])),
-        ),
-    )
-    .unwrap();
-    let ones = GgufModel::open(&dir.join("ones.gguf")).unwrap();
-    assert_eq!(ones.config().rope_inv_freq(), boltccl_llm::ops::rope_inv_freq(s.head_dim, 10000.0));
-    let mut m = arch_meta(&s);
-    m.push(("llama.rope.scaling.factor".into(), Meta::F32(2.0)));
-    let m: Vec<(&str, Meta)> = m.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    std::fs::write(dir.join("linear.gguf"), write(&m, &raw(None))).unwrap();
-    let linear = GgufModel::open(&dir.join("linear.gguf")).unwrap();
-    let halved: Vec<f32> = boltccl_llm::ops::rope_inv_freq(s.head_dim, 10000.0).iter().map(|f| f / 2.0).collect();
-    assert_eq!(linear.config().rope_inv_freq(), halved);
+    };
+    let gemma = open("arch", &|m| m[0].1 = Meta::Str("gemma2".into()), None);
+    refused("arch", gemma, &["\"gemma2\"", "llama, qwen2, qwen3"]);
+    let yarn = open("yarn", &|m| m.push(("llama.rope.scaling.type".into(), Meta::Str("yarn".into()))), None);
+    refused("yarn", yarn, &["\"yarn\"", "linear", "rope_freqs"]);
+    let short = open("freqs", &|_| {}, Some(vec![1.0; 3]));
+    refused("freqs", short, &["rope_freqs.weight", "3 factors", "need 4"]);
+
+    let plain = boltccl_llm::ops::rope_inv_freq(s.head_dim, 10000.0);
+    let ones = open("ones", &|_| {}, Some(vec![1.0; 4])).unwrap();
+    assert_eq!(ones.config().rope_inv_freq(), plain);
+    let linear = open("linear", &|m| m.push(("llama.rope.scaling.factor".into(), Meta::F32(2.0))), None).unwrap();
+    assert_eq!(linear.config().rope_inv_freq(), plain.iter().map(|f| f / 2.0).collect::<Vec<f32>>());
     let _ = std::fs::remove_dir_all(dir);
 }
