@@ -35,6 +35,9 @@ pub struct ModelConfig {
     pub rope_theta: f32,
     /// RoPE pairing convention.
     pub rope_style: RopeStyle,
+    /// Per-pair divisors of the RoPE frequencies (`head_dim / 2` of them), or empty for none:
+    /// llama.cpp's `rope_freqs` factors (Llama 3 scaling) times its linear scaling factor.
+    pub rope_freq_divisors: Vec<f32>,
     /// Maximum sequence length (bounds the KV cache).
     pub max_seq_len: usize,
     /// Output head shares the embedding matrix.
@@ -62,9 +65,28 @@ impl ModelConfig {
             self.num_kv_heads
         );
         anyhow::ensure!(self.head_dim.is_multiple_of(2), "RoPE needs an even head_dim");
+        anyhow::ensure!(
+            self.rope_freq_divisors.is_empty() || self.rope_freq_divisors.len() == self.head_dim / 2,
+            "{} RoPE frequency factors for head_dim {} (need head_dim / 2)",
+            self.rope_freq_divisors.len(),
+            self.head_dim
+        );
+        anyhow::ensure!(
+            self.rope_freq_divisors.iter().all(|&f| f.is_finite() && f > 0.0),
+            "RoPE frequency factors must be positive and finite"
+        );
         anyhow::ensure!(self.hidden_size > 0 && self.intermediate_size > 0, "zero width");
         anyhow::ensure!(self.num_layers > 0 && self.vocab_size > 0, "empty model");
         Ok(())
+    }
+
+    /// RoPE inverse frequencies: `theta^(-2i/d)`, divided by [`Self::rope_freq_divisors`].
+    pub fn rope_inv_freq(&self) -> Vec<f32> {
+        let mut f = crate::ops::rope_inv_freq(self.head_dim, self.rope_theta);
+        for (f, d) in f.iter_mut().zip(&self.rope_freq_divisors) {
+            *f /= d;
+        }
+        f
     }
 
     /// Query heads that share one KV head.
@@ -140,6 +162,7 @@ impl HfConfig {
             rms_eps: self.rms_norm_eps.unwrap_or(1e-6),
             rope_theta: self.rope_theta.unwrap_or(10_000.0),
             rope_style,
+            rope_freq_divisors: Vec::new(),
             max_seq_len: self.max_position_embeddings.unwrap_or(2048),
             tie_embeddings: self.tie_word_embeddings,
             qkv_bias: self.attention_bias || family == "qwen2",

@@ -272,3 +272,85 @@ fn unsupported_types_are_named() {
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(st);
 }
+
+/// GGUF `qwen2` (q/k/v biases) and `qwen3` (q/k norms, a head width that is not hidden /
+/// heads) files give their safetensors twins' logits: the loader finds the extra tensors and
+/// uses rotate-half RoPE, as llama.cpp does for these families (`llama_cpp_archs` checks the
+/// same against llama.cpp itself).
+#[test]
+fn qwen_families_match_their_safetensors_twins() {
+    for (model_type, head_dim) in [("qwen2", 8), ("qwen3", 16)] {
+        let s = Spec { model_type, head_dim, rope: RopeStyle::NeoX, seed: 31, ..spec() };
+        let (gguf, st) = common::gguf_writer::build_typed_by(&s, &|_| 0);
+        let g = loader::open(&gguf).unwrap().weights;
+        let d = loader::open(&st).unwrap().weights;
+        let c = g.config();
+        assert_eq!((c.qkv_bias, c.qk_norm, c.head_dim), (model_type == "qwen2", model_type == "qwen3", head_dim));
+        assert_eq!(c.rope_style, RopeStyle::NeoX);
+        let prompt = [1, 2, 3, 60, 7];
+        let dense = run_tp(d.as_ref(), 1, &prompt, 10);
+        for tp in [1, 2, 3] {
+            let out = run_tp(g.as_ref(), tp, &prompt, 10);
+            assert_eq!(out.tokens, dense.tokens, "{model_type} TP={tp}");
+            let diff = max_diff(&out.logits, &dense.logits);
+            assert!(diff <= 1e-5, "{model_type} TP={tp}: {diff}");
+        }
+        let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+        let _ = std::fs::remove_dir_all(st);
+    }
+}
+
+/// Metadata keys and values, as `arch_meta` gives them.
+type MetaList = Vec<(String, common::gguf_writer::Meta)>;
+
+/// An architecture or RoPE scaling the example cannot run stops the load, naming what the file
+/// has and what is supported; so does a `rope_freqs` tensor of the wrong length. Factors of one
+/// change nothing; a linear factor of 2 halves every frequency.
+#[test]
+fn unsupported_architectures_and_rope_scaling_are_named() {
+    use boltccl_llm::loader::WeightSource;
+    use common::gguf_writer::{arch_meta, f32s, write, Meta, RawTensor};
+    let s = spec();
+    let dir = common::temp_dir("gguf-refused");
+    // Writes `s`'s f32 weights with the metadata `edit` makes of the llama keys, and
+    // `rope_freqs` when given; opens the file.
+    let open = |tag: &str, edit: &dyn Fn(&mut MetaList), freqs: Option<Vec<f32>>| {
+        let mut raw: Vec<RawTensor> = common::tensors(&s)
+            .into_iter()
+            .map(|(n, t)| RawTensor {
+                name: loader::gguf::gguf_name(&n).unwrap(),
+                shape: t.shape,
+                ty: 0,
+                bytes: f32s(&t.data).0,
+            })
+            .collect();
+        if let Some(f) = freqs {
+            raw.push(RawTensor { name: "rope_freqs.weight".into(), shape: vec![f.len()], ty: 0, bytes: f32s(&f).0 });
+        }
+        let mut meta = arch_meta(&s);
+        edit(&mut meta);
+        let meta: Vec<(&str, Meta)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let path = dir.join(format!("{tag}.gguf"));
+        std::fs::write(&path, write(&meta, &raw)).unwrap();
+        GgufModel::open(&path)
+    };
+    let refused = |tag: &str, r: anyhow::Result<GgufModel>, wants: &[&str]| {
+        let e = format!("{:#}", r.err().unwrap_or_else(|| panic!("{tag} accepted")));
+        for want in wants {
+            assert!(e.contains(want), "{tag}: {want:?} missing from: {e}");
+        }
+    };
+    let gemma = open("arch", &|m| m[0].1 = Meta::Str("gemma2".into()), None);
+    refused("arch", gemma, &["\"gemma2\"", "llama, qwen2, qwen3"]);
+    let yarn = open("yarn", &|m| m.push(("llama.rope.scaling.type".into(), Meta::Str("yarn".into()))), None);
+    refused("yarn", yarn, &["\"yarn\"", "linear", "rope_freqs"]);
+    let short = open("freqs", &|_| {}, Some(vec![1.0; 3]));
+    refused("freqs", short, &["rope_freqs.weight", "3 factors", "need 4"]);
+
+    let plain = boltccl_llm::ops::rope_inv_freq(s.head_dim, 10000.0);
+    let ones = open("ones", &|_| {}, Some(vec![1.0; 4])).unwrap();
+    assert_eq!(ones.config().rope_inv_freq(), plain);
+    let linear = open("linear", &|m| m.push(("llama.rope.scaling.factor".into(), Meta::F32(2.0))), None).unwrap();
+    assert_eq!(linear.config().rope_inv_freq(), plain.iter().map(|f| f / 2.0).collect::<Vec<f32>>());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -13,8 +13,8 @@ mod common;
 
 use boltccl_llm::loader;
 use boltccl_llm::tokenizer::Tokenizer;
-use common::{prerequisite_missing, run_tp, smollm2_path};
-use std::path::{Path, PathBuf};
+use common::{llama_python, run_tp, smollm2_path};
+use std::path::Path;
 
 /// Greedy tokens compared.
 const STEPS: usize = 24;
@@ -27,23 +27,6 @@ const KEEP: usize = 4;
 /// on the four positions. About twice that is allowed.
 const TOLERANCE: f32 = 2.5;
 const TOLERANCE_RMS: f64 = 0.4;
-
-/// A python that imports llama_cpp: `LLAMA_PY`, or target/llama-venv's.
-fn llama_python() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let py =
-        std::env::var_os("LLAMA_PY").map(PathBuf::from).unwrap_or_else(|| root.join("target/llama-venv/bin/python"));
-    let ok =
-        std::process::Command::new(&py).args(["-c", "import llama_cpp"]).output().is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(py);
-    }
-    prerequisite_missing(&format!(
-        "{} cannot import llama_cpp (run scripts/llama-venv.sh, or set LLAMA_PY)",
-        py.display()
-    ));
-    None
-}
 
 #[test]
 fn smollm2_agrees_with_llama_cpp() {

@@ -19,6 +19,7 @@ fn smollm2() -> ModelConfig {
         rms_eps: 1e-5,
         rope_theta: 100000.0,
         rope_style: RopeStyle::Interleaved,
+        rope_freq_divisors: Vec::new(),
         max_seq_len: 8192,
         tie_embeddings: true,
         qkv_bias: false,

@@ -1,4 +1,4 @@
-//! GGUF (version 2/3) reader for the `llama` architecture: metadata, tensor directory, and
+//! GGUF (version 2/3) reader for the `llama`, `qwen2` and `qwen3` architectures: metadata, tensor directory, and
 //! tensor data in F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K
 //! (see [`crate::quant`]).
 
@@ -248,7 +248,18 @@ impl GgufModel {
             let end = data_start.checked_add(t.offset).and_then(|s| s.checked_add(bytes));
             ensure!(end.is_some_and(|e| e <= map.len()), "tensor {name} extends past end of file");
         }
-        let config = config_from_metadata(&metadata, &tensors)?;
+        // Llama 3's RoPE scaling: per-pair factors that divide the frequencies.
+        let rope_freqs = match tensors.get(ROPE_FREQS) {
+            Some(t) => {
+                let n: usize = t.shape.iter().product();
+                ensure!(t.shape.len() == 1, "{ROPE_FREQS} has shape {:?}, not one dimension", t.shape);
+                let mut v = vec![0f32; n];
+                dequantize(t.ty, &map[data_start + t.offset..], &mut v).context(ROPE_FREQS)?;
+                Some(v)
+            }
+            None => None,
+        };
+        let config = config_from_metadata(&metadata, &tensors, rope_freqs)?;
         Ok(Self { map, data_start, metadata, tensors, config })
     }
 
@@ -311,19 +322,41 @@ impl GgufModel {
     }
 }
 
+/// The `general.architecture` values the loader runs.
+pub const SUPPORTED_ARCHS: [&str; 3] = ["llama", "qwen2", "qwen3"];
+
+/// llama.cpp's tensor of Llama 3 RoPE frequency factors.
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
 fn config_from_metadata(
     md: &HashMap<String, Value>,
     tensors: &HashMap<String, TensorInfo>,
+    rope_freqs: Option<Vec<f32>>,
 ) -> anyhow::Result<ModelConfig> {
     let arch = md.get("general.architecture").and_then(Value::as_str).context("missing general.architecture")?;
-    // Only llama is verified end-to-end. Other families change the RoPE convention or add
-    // tensors, so refuse rather than produce plausible-looking garbage.
-    ensure!(arch == "llama", "GGUF architecture {arch:?} unsupported (only 'llama')");
+    // The families verified end-to-end against llama.cpp. Others change the RoPE convention,
+    // add tensors or mix experts, so refuse rather than produce plausible-looking garbage.
+    let rope_style = match arch {
+        // llama.cpp's converter permutes Q/K rows so that adjacent-pair RoPE is correct.
+        "llama" => RopeStyle::Interleaved,
+        // Unpermuted Hugging Face rows: rotate-half (llama.cpp's NEOX rope type). Qwen2 adds
+        // q/k/v biases, Qwen3 per-head q/k RMSNorms: both found by their tensors below.
+        "qwen2" | "qwen3" => RopeStyle::NeoX,
+        _ => bail!("GGUF architecture {arch:?} unsupported (supported: {})", SUPPORTED_ARCHS.join(", ")),
+    };
     let get = |k: &str| md.get(&format!("{arch}.{k}"));
     let req = |k: &str| get(k).and_then(Value::as_usize).with_context(|| format!("missing/invalid {arch}.{k}"));
-    if let Some(t) = get("rope.scaling.type").and_then(Value::as_str) {
-        ensure!(t == "none", "RoPE scaling {t:?} is not supported by this example");
-    }
+    // Linear scaling, as llama.cpp reads it: a factor (under either key name) divides every
+    // frequency unless the type is "none" (then it is ignored). YaRN and LongRoPE are not
+    // implemented.
+    let scaling = get("rope.scaling.type").map(|v| v.as_str().context("rope.scaling.type is not a string"));
+    let scaling = scaling.transpose()?.unwrap_or("linear");
+    ensure!(
+        matches!(scaling, "none" | "linear"),
+        "RoPE scaling {scaling:?} is not supported by this example (only linear, and Llama 3's rope_freqs)"
+    );
+    let factor = get("rope.scaling.factor").or_else(|| get("rope.scale_linear")).and_then(Value::as_f64);
+    let factor = factor.filter(|&f| f != 0.0 && scaling == "linear").unwrap_or(1.0) as f32;
     let hidden = req("embedding_length")?;
     let heads = req("attention.head_count")?;
     let kv_heads = get("attention.head_count_kv").and_then(Value::as_usize).unwrap_or(heads);
@@ -334,6 +367,12 @@ fn config_from_metadata(
         .and_then(Value::as_usize)
         .or_else(|| get("rope.dimension_count").and_then(Value::as_usize))
         .unwrap_or(hidden / heads.max(1));
+    // The model rotates whole heads and reads keys and values of one width.
+    for k in ["attention.value_length", "rope.dimension_count"] {
+        if let Some(n) = get(k).and_then(Value::as_usize) {
+            ensure!(n == head_dim, "{arch}.{k} = {n} differs from the head width {head_dim}: not supported");
+        }
+    }
     let cfg = ModelConfig {
         vocab_size: vocab,
         hidden_size: hidden,
@@ -344,8 +383,8 @@ fn config_from_metadata(
         head_dim,
         rms_eps: get("attention.layer_norm_rms_epsilon").and_then(Value::as_f64).unwrap_or(1e-5) as f32,
         rope_theta: get("rope.freq_base").and_then(Value::as_f64).unwrap_or(10_000.0) as f32,
-        // llama.cpp's converter permutes Q/K rows so that adjacent-pair RoPE is correct.
-        rope_style: RopeStyle::Interleaved,
+        rope_style,
+        rope_freq_divisors: rope_freq_divisors(rope_freqs, head_dim, factor)?,
         max_seq_len: get("context_length").and_then(Value::as_usize).unwrap_or(2048),
         tie_embeddings: !tensors.contains_key("output.weight"),
         qkv_bias: tensors.contains_key("blk.0.attn_q.bias"),
@@ -355,6 +394,22 @@ fn config_from_metadata(
     };
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// What divides each RoPE frequency, as llama.cpp computes the angle: `pos * theta^(-2i/d)`
+/// divided by `rope_freqs[i]` (when the file has them), times the linear `1 / factor`.
+fn rope_freq_divisors(rope_freqs: Option<Vec<f32>>, head_dim: usize, factor: f32) -> anyhow::Result<Vec<f32>> {
+    let Some(mut f) = rope_freqs else {
+        return Ok(if factor == 1.0 { Vec::new() } else { vec![factor; head_dim / 2] });
+    };
+    ensure!(
+        f.len() == head_dim / 2,
+        "{ROPE_FREQS} has {} factors for head_dim {head_dim} (need {})",
+        f.len(),
+        head_dim / 2
+    );
+    f.iter_mut().for_each(|x| *x *= factor);
+    Ok(f)
 }
 
 /// The largest quantisation block among every layer's `suffix` tensor (at least 32): where a

@@ -6,7 +6,7 @@ use anyhow::{ensure, Context};
 
 use super::{Layer, Model};
 use crate::loader::{names, WeightSource};
-use crate::ops::{rope_inv_freq, Mat};
+use crate::ops::Mat;
 use crate::quant::{Packer, QuantRows, QK};
 use crate::shard::{exact_head_unit, ShardPlan};
 
@@ -200,7 +200,7 @@ impl Model {
             );
             layers.push(layer);
         }
-        let inv_freq = rope_inv_freq(hd, cfg.rope_theta);
+        let inv_freq = cfg.rope_inv_freq();
         let mut model = Self {
             final_norm: vector(src, names::FINAL_NORM, h)?,
             cfg,

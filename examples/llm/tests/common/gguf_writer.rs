@@ -4,10 +4,53 @@
 use half::f16;
 
 /// A metadata value to write.
+#[derive(Clone)]
 pub enum Meta {
     U32(u32),
     F32(f32),
     Str(String),
+    /// A value read from another file, written with 32-bit integers and floats (the widths
+    /// llama.cpp expects of the tokenizer keys).
+    Value(boltccl_llm::loader::gguf::Value),
+}
+
+/// Writes `v` after its type id (`put_ty`: also the type, false inside an array, which states
+/// its element type once).
+fn put_value(o: &mut Vec<u8>, v: &boltccl_llm::loader::gguf::Value, put_ty: bool) {
+    use boltccl_llm::loader::gguf::Value as V;
+    let ty: u32 = match v {
+        V::U64(_) => 4,
+        V::I64(_) => 5,
+        V::F64(_) => 6,
+        V::Bool(_) => 7,
+        V::Str(_) => 8,
+        V::Array(_) => 9,
+    };
+    if put_ty {
+        o.extend(ty.to_le_bytes());
+    }
+    match v {
+        V::U64(x) => o.extend((*x as u32).to_le_bytes()),
+        V::I64(x) => o.extend((*x as i32).to_le_bytes()),
+        V::F64(x) => o.extend((*x as f32).to_le_bytes()),
+        V::Bool(x) => o.push(u8::from(*x)),
+        V::Str(x) => put_str(o, x),
+        V::Array(a) => {
+            let et: u32 = match a.first() {
+                Some(V::U64(_)) => 4,
+                Some(V::I64(_)) => 5,
+                Some(V::F64(_)) => 6,
+                Some(V::Bool(_)) => 7,
+                Some(V::Array(_)) => 9,
+                _ => 8,
+            };
+            o.extend(et.to_le_bytes());
+            o.extend((a.len() as u64).to_le_bytes());
+            for x in a {
+                put_value(o, x, false);
+            }
+        }
+    }
 }
 
 /// Tensor to write: name, shape (outermost first), GGML type id, raw bytes.
@@ -44,6 +87,7 @@ pub fn write(meta: &[(&str, Meta)], tensors: &[RawTensor]) -> Vec<u8> {
                 o.extend(8u32.to_le_bytes());
                 put_str(&mut o, s);
             }
+            Meta::Value(v) => put_value(&mut o, v, true),
         }
     }
     let mut offset = 0usize;
@@ -301,7 +345,24 @@ pub fn llama_meta(s: &super::Spec) -> [(&'static str, Meta); 11] {
     ]
 }
 
-/// A llama GGUF file for `s`'s seeded weights (quantised per [`encode`]) and its dequantised
+/// The metadata of a GGUF file of architecture `s.model_type` (llama, qwen2, qwen3): the
+/// llama keys under that prefix, and for qwen3 the head width (not hidden / heads there).
+pub fn arch_meta(s: &super::Spec) -> Vec<(String, Meta)> {
+    let arch = s.model_type;
+    let mut meta: Vec<(String, Meta)> = llama_meta(s)
+        .into_iter()
+        .map(|(k, v)| match k {
+            "general.architecture" => (k.to_string(), Meta::Str(arch.into())),
+            _ => (k.replacen("llama.", &format!("{arch}."), 1), v),
+        })
+        .collect();
+    if arch == "qwen3" {
+        meta.push(("qwen3.attention.key_length".into(), Meta::U32(s.head_dim as u32)));
+    }
+    meta
+}
+
+/// A GGUF file (architecture `s.model_type`) for `s`'s seeded weights (quantised per [`encode`]) and its dequantised
 /// safetensors twin: (GGUF path, safetensors directory).
 pub fn build_with(s: &super::Spec) -> (std::path::PathBuf, std::path::PathBuf) {
     build_typed(s, &|hf, data| encode(hf, data))
@@ -328,9 +389,10 @@ fn build_typed(s: &super::Spec, encode: &Encoder) -> (std::path::PathBuf, std::p
         raw.push(RawTensor { name: g, shape: t.shape.clone(), ty, bytes });
         dense.push((name, Tensor { shape: t.shape, data: values }));
     }
-    let meta = llama_meta(s);
+    let meta = arch_meta(s);
     let dir = super::temp_dir("gguf");
     let path = dir.join("tiny.gguf");
+    let meta: Vec<(&str, Meta)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     std::fs::write(&path, write(&meta, &raw)).unwrap();
     let st = super::write_checkpoint(s, &dense, StoreDtype::F32);
     (path, st)

@@ -317,3 +317,20 @@ pub fn prerequisite_missing(why: &str) {
     assert!(!in_ci(), "{why}, and CI is set: in CI this test must run");
     eprintln!("SKIPPED: {why}");
 }
+
+/// A python that imports llama_cpp: `LLAMA_PY`, or target/llama-venv's.
+pub fn llama_python() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let py =
+        std::env::var_os("LLAMA_PY").map(PathBuf::from).unwrap_or_else(|| root.join("target/llama-venv/bin/python"));
+    let ok =
+        std::process::Command::new(&py).args(["-c", "import llama_cpp"]).output().is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(py);
+    }
+    prerequisite_missing(&format!(
+        "{} cannot import llama_cpp (run scripts/llama-venv.sh, or set LLAMA_PY)",
+        py.display()
+    ));
+    None
+}
