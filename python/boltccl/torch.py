@@ -644,8 +644,15 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
             raise ValueError(f"{what}: {len(inputs)} input tensors and {len(outputs)} output tensors: pass one output for each input")
         return list(zip(outputs, inputs))
 
+    def _start_parts(self, parts: List[tuple], outputs: List[torch.Tensor]) -> dist.Work:
+        """Start the calls of a (coalesced) all_gather_into_tensor or reduce_scatter_tensor:
+        `parts` as `_gather_into` and `_scatter_from` make them, one per (output, input) pair."""
+        copies, divide = [p[2] for p in parts], any(p[3] for p in parts)
+        return self._start([p[0] for p in parts], sum(p[1] for p in parts), list(outputs), self._finisher(copies, divide))
+
     def _gather_into(self, output: torch.Tensor, input: torch.Tensor, what: str) -> tuple:  # noqa: A002
-        """all_gather_into_tensor of one pair: (call, bytes, (output, its flat buffer))."""
+        """all_gather_into_tensor of one pair: (call, bytes, (output, its flat buffer), divide:
+        never)."""
         _check(input, f"{what} input")
         _check(output, f"{what} output")
         if output.dtype != input.dtype or output.numel() != self._size * input.numel():
@@ -656,12 +663,11 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         out = _flat(output)
         src = _apart(_flat(input).reshape(-1), out)
         call = lambda a: self._g.all_gather(src, out=out.reshape(-1), async_op=a)  # noqa: E731
-        return call, out.numel() * out.element_size(), (output, out)
+        return call, out.numel() * out.element_size(), (output, out), False
 
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         self._seq += 1
-        call, nbytes, copy = self._gather_into(output, input, "all_gather_into_tensor")
-        return self._start([call], nbytes, [output], self._finisher([copy], False))
+        return self._start_parts([self._gather_into(output, input, "all_gather_into_tensor")], [output])
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         return self._allgather_base(output, input, opts)
@@ -672,7 +678,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         ``dist._coalescing_manager`` and FSDP2 issue."""
         parts = [self._gather_into(o, i, f"all_gather_into_tensor[{k}]") for k, (o, i) in enumerate(self._pairs("allgather_into_tensor_coalesced", outputs, inputs))]
         self._seq += 1
-        return self._start([p[0] for p in parts], sum(p[1] for p in parts), list(outputs), self._finisher([p[2] for p in parts], False))
+        return self._start_parts(parts, outputs)
 
     def all_gather_single_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
         return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
@@ -722,8 +728,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         self._seq += 1
         reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        call, nbytes, copy, divide = self._scatter_from(output, input, reduce_op, "reduce_scatter_tensor")
-        return self._start([call], nbytes, [output], self._finisher([copy], divide))
+        return self._start_parts([self._scatter_from(output, input, reduce_op, "reduce_scatter_tensor")], [output])
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:  # noqa: A002
         return self._reduce_scatter_base(output, input, opts)
@@ -735,8 +740,7 @@ class ProcessGroupBoltccl(dist.ProcessGroup):
         pairs = self._pairs("reduce_scatter_tensor_coalesced", outputs, inputs)
         parts = [self._scatter_from(o, i, reduce_op, f"reduce_scatter_tensor[{k}]") for k, (o, i) in enumerate(pairs)]
         self._seq += 1
-        divide = any(p[3] for p in parts)
-        return self._start([p[0] for p in parts], sum(p[1] for p in parts), list(outputs), self._finisher([p[2] for p in parts], divide))
+        return self._start_parts(parts, outputs)
 
     def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts: Any = None) -> dist.Work:
         return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
