@@ -85,19 +85,26 @@ pub fn ask(url: &str, job_key: &str) -> anyhow::Result<Ticket> {
     serde_json::from_str(body).with_context(|| format!("--join: rank 0's answer is not a ticket: {body}"))
 }
 
-/// The coordinator address of a new group led by rank 0, which led the job from the start: the
-/// host of the job's coordinator with a port free there now.
-pub fn next_coordinator(group: &boltccl::Group) -> anyhow::Result<String> {
-    let first = group.config().coordinator.clone().context("the job has no coordinator address")?;
-    let (host, _) = first.rsplit_once(':').with_context(|| format!("coordinator {first} has no port"))?;
+/// Where a new group led by rank 0 (which led the job from the start) listens: the host of the
+/// job's coordinator, as the job gave it, with `port`. Every member derives it the same way.
+pub fn coordinator_at(group: &boltccl::Group, port: u16) -> anyhow::Result<String> {
+    Ok(format!("{}:{port}", job_host(group)?))
+}
+
+/// Rank 0: a port free now on the job coordinator's host, for the next group.
+pub fn free_port(group: &boltccl::Group) -> anyhow::Result<u16> {
+    let host = job_host(group)?;
     let ip = host.trim_start_matches('[').trim_end_matches(']');
     let ip: std::net::IpAddr =
-        ip.parse().with_context(|| format!("coordinator {first}: {ip} is not an IP address (a join needs one)"))?;
-    let port = boltccl::free_coordinator_port(ip).context("finding a free port for the new group")?;
-    Ok(match ip {
-        std::net::IpAddr::V4(_) => format!("{ip}:{port}"),
-        std::net::IpAddr::V6(_) => format!("[{ip}]:{port}"),
-    })
+        ip.parse().with_context(|| format!("coordinator host {host} is not an IP address (a join needs one)"))?;
+    boltccl::free_coordinator_port(ip).context("finding a free port for the new group")
+}
+
+/// The host part of the job's coordinator address (`[..]` kept around an IPv6 address).
+fn job_host(group: &boltccl::Group) -> anyhow::Result<String> {
+    let first = group.config().coordinator.clone().context("the job has no coordinator address")?;
+    let (host, _) = first.rsplit_once(':').with_context(|| format!("coordinator {first} has no port"))?;
+    Ok(host.to_string())
 }
 
 #[cfg(test)]

@@ -293,14 +293,13 @@ fn admit(cluster: &mut Cluster, req: join::Request, generation: &mut u64) -> any
         let _ = req.reply.send(Err("this server runs without a boltccl group".into()));
         return Ok(());
     };
-    let coordinator = match join::next_coordinator(g) {
-        Ok(c) => c,
+    let (port, coordinator) = match join::free_port(g).and_then(|p| Ok((p, join::coordinator_at(g, p)?))) {
+        Ok(found) => found,
         Err(e) => {
             let _ = req.reply.send(Err(format!("{e:#}")));
             return Ok(());
         }
     };
-    let port = coordinator.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).context("the new coordinator's port")?;
     let key = g.config().job_key.clone().context("the job has no key")?;
     let size = g.size() + 1;
     *generation += 1;
@@ -376,11 +375,10 @@ fn follow(cluster: &mut Cluster, eos: Option<u32>, heal: bool) -> anyhow::Result
 /// A follower told to grow: the new group's rank 0 listens on the job coordinator's host.
 fn grow_follower(cluster: &mut Cluster, size: usize, port: u16, generation: u64) -> anyhow::Result<()> {
     let g = cluster.group().context("a follower without a group")?;
-    let first = g.config().coordinator.clone().context("the job has no coordinator address")?;
-    let host = first.rsplit_once(':').map_or(first.as_str(), |(h, _)| h).to_string();
+    let coordinator = join::coordinator_at(g, port)?;
     let key = g.config().job_key.clone().context("the job has no key")?;
     let me = cluster.first_rank();
-    match cluster.grow(size, &format!("{host}:{port}"), &join::generation_key(&key, generation))? {
+    match cluster.grow(size, &coordinator, &join::generation_key(&key, generation))? {
         Ok(_) => log(&format!("rank {me}: grew; now rank {} of {size}", cluster.comm().rank())),
         Err(why) => log(&format!("rank {me}: the grow to {size} did not happen ({why})")),
     }
