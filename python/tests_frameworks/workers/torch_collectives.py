@@ -2,23 +2,18 @@
 every rank: dtypes (bfloat16 included), reduce ops, non-contiguous tensors, async Works and
 their futures, send/recv and isend/irecv, new_group. Prints one RESULT line."""
 
-import json
 import math
 
 import torch
 import torch.distributed as dist
+from torch_checks import Checks
 
 import boltccl.torch  # noqa: F401  registers "boltccl"
 
 dist.init_process_group("boltccl")
 rank, n = dist.get_rank(), dist.get_world_size()
 tri = n * (n + 1) // 2
-checks = []
-
-
-def check(name, cond):
-    checks.append(name)
-    assert cond, f"rank {rank}: {name}"
+check = Checks(rank, n)
 
 
 # Values that differ along each tensor (small: exact in every dtype, int8 included), so an
@@ -115,4 +110,4 @@ dist.all_reduce(t)
 check("world after new_group", t.item() == n)
 check("backend name", dist.get_backend() == "boltccl")
 dist.destroy_process_group()
-print("RESULT " + json.dumps({"rank": rank, "size": n, "checks": len(checks)}), flush=True)
+check.result()

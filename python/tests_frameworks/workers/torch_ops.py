@@ -5,35 +5,16 @@ same call on a Gloo group of the same ranks. Small calls (run inline) and large 
 on the progress thread, async Works and futures), every root, non-contiguous tensors, and the
 errors for what the backend does not do. Prints one RESULT line."""
 
-import json
-
 import torch
 import torch.distributed as dist
+from torch_checks import Checks, same, val
 
 import boltccl.torch  # noqa: F401  registers "boltccl"
 
 dist.init_process_group("boltccl")
 rank, n = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")
-checks = []
-
-
-def check(name, cond):
-    checks.append(name)
-    assert cond, f"rank {rank}: {name}"
-
-
-def same(a, b):
-    """The same shape, dtype and bits."""
-    return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8)))
-
-
-def val(r, shape, dt, salt=0):
-    """Rank r's tensor: random small integers (seeded by r and salt), so a block from the wrong
-    rank or offset shows, and sums of a few ranks stay exact in every dtype used here
-    (bfloat16 and int8 included)."""
-    gen = torch.Generator().manual_seed(1000 * r + salt + 7)
-    return torch.randint(-20, 21, shape, generator=gen).to(dt)
+check = Checks(rank, n)
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.int8)
@@ -173,4 +154,4 @@ t = torch.ones(2)
 dist.all_reduce(t)
 check("still usable", t.tolist() == [n, n])
 dist.destroy_process_group()
-print("RESULT " + json.dumps({"rank": rank, "size": n, "checks": len(checks)}), flush=True)
+check.result()

@@ -6,10 +6,12 @@ Every result is compared bit for bit with an exact reference computed here (and 
 where Gloo has the call); inputs the call must not change are checked unchanged; the sequence
 numbers are compared with Gloo's for the same calls. Prints one RESULT line."""
 
-import json
+import functools
 
 import torch
 import torch.distributed as dist
+import torch_checks
+from torch_checks import Checks, same
 
 import boltccl.torch  # noqa: F401  registers "boltccl"
 
@@ -17,24 +19,9 @@ dist.init_process_group("boltccl")
 rank, n = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")
 pg = dist.group.WORLD
-checks = []
-
-
-def check(name, cond):
-    checks.append(name)
-    assert cond, f"rank {rank}: {name}"
-
-
-def same(a, b):
-    """The same shape, dtype and bits."""
-    return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
-
-
-def val(r, shape, dt, salt=0):
-    """Rank r's tensor: random small integers, so that the products and sums here are exact in
-    every dtype (bfloat16 included) and a block from the wrong rank shows."""
-    gen = torch.Generator().manual_seed(1000 * r + salt + 11)
-    return torch.randint(-20, 21, shape, generator=gen).to(dt)
+check = Checks(rank, n)
+# Its own seed: the products checked below were chosen exact with these values.
+val = functools.partial(torch_checks.val, seed=11)
 
 
 def exact(parts, dt):
@@ -324,4 +311,4 @@ t = torch.ones(2)
 dist.all_reduce(t)
 check("still usable", t.tolist() == [n, n])
 dist.destroy_process_group()
-print("RESULT " + json.dumps({"rank": rank, "size": n, "checks": len(checks)}), flush=True)
+check.result()
