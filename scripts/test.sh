@@ -67,9 +67,10 @@ cargo build -p boltccl-ffi
 # `#[ignore]`d with the reason "full tier: ..."; --include-ignored runs them too. The ignored
 # tests that only a release build runs (large_counts below, the soak, the shrink benchmark)
 # return at once here. These are --all-targets but the benches, whose harness (criterion) does
-# not take --include-ignored: they run next, once each as a test, which builds and links them.
+# not take --include-ignored: they run next, once each as a test, which builds and links them
+# (`--bench '*'`, not `--benches`: that also selects every library, whose tests ran above).
 cargo test --workspace --lib --bins --tests --examples -- --include-ignored
-cargo test --workspace --benches
+cargo test --workspace --bench '*'
 cargo test --workspace --doc
 step "large counts (2^31 + 4099 int8 elements a rank; 64-byte chunks past 4096 steps and pieces; the header packing check), in a release build"
 cargo test --release -p boltccl --test large_counts -- --include-ignored
