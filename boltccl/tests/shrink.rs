@@ -4,9 +4,10 @@
 //!
 //! What each case checks on every survivor: the shrink gives a group of the survivors, ranks
 //! renumbered in the old order, whose all_sums (small and large, so every algorithm's
-//! messages cross the reused links) give the exact sums; no TCP connection was opened for it
-//! (the process's TCP sockets after the shrink are a subset of those before); and the time
-//! from the kill to the first correct all_sum of the new group, printed.
+//! messages cross the reused links) give the exact sums; no TCP connection and no queue pair
+//! was made for it (the process's TCP sockets, and its UDP sockets, one per softverbs queue
+//! pair, after the shrink are subsets of those before); and the time from the kill to the first
+//! correct all_sum of the new group, printed.
 
 mod common;
 
@@ -24,14 +25,14 @@ fn env(k: &str) -> String {
     std::env::var(k).unwrap_or_default()
 }
 
-/// The inodes of this process's TCP sockets (from /proc: sockets whose inode is in the TCP
-/// tables).
-fn tcp_sockets() -> BTreeSet<u64> {
-    let mut tcp: BTreeSet<u64> = BTreeSet::new();
-    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+/// The inodes of this process's sockets listed in `tables` (from /proc: sockets whose inode is
+/// in those tables).
+fn sockets(tables: &[&str]) -> BTreeSet<u64> {
+    let mut listed: BTreeSet<u64> = BTreeSet::new();
+    for table in tables {
         for line in std::fs::read_to_string(table).unwrap_or_default().lines().skip(1) {
             if let Some(inode) = line.split_whitespace().nth(9).and_then(|i| i.parse().ok()) {
-                tcp.insert(inode);
+                listed.insert(inode);
             }
         }
     }
@@ -40,12 +41,23 @@ fn tcp_sockets() -> BTreeSet<u64> {
         let Ok(target) = std::fs::read_link(fd.path()) else { continue };
         let t = target.to_string_lossy();
         if let Some(inode) = t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')).and_then(|s| s.parse().ok()) {
-            if tcp.contains(&inode) {
+            if listed.contains(&inode) {
                 mine.insert(inode);
             }
         }
     }
     mine
+}
+
+/// This process's TCP connections (and listeners).
+fn tcp_sockets() -> BTreeSet<u64> {
+    sockets(&["/proc/self/net/tcp", "/proc/self/net/tcp6"])
+}
+
+/// This process's UDP sockets: over softverbs each queue pair is one (its number is the port),
+/// so these count the queue pairs.
+fn queue_pairs() -> BTreeSet<u64> {
+    sockets(&["/proc/self/net/udp", "/proc/self/net/udp6"])
 }
 
 /// All_sums of `n` elements, each rank's value its rank + 1: every element must be the sum.
@@ -76,6 +88,8 @@ fn shrink_worker() {
     let mut buf = vec![1.0f32; 1 << 20];
     g.all_sum(&mut buf).unwrap();
     let before = tcp_sockets();
+    let qps_before = queue_pairs();
+    println!("QPS_BEFORE {}", qps_before.len());
     std::fs::write(Path::new(&env("READY_DIR")).join(g.rank().to_string()), "").unwrap();
     let old_rank = g.rank();
     let err = if env("MODE") == "abort" {
@@ -133,6 +147,7 @@ fn shrink_worker() {
     let after = tcp_sockets();
     let new: Vec<_> = after.difference(&before).collect();
     println!("NEW_TCP {}", new.len());
+    println!("NEW_QPS {}", queue_pairs().difference(&qps_before).count());
     // Every survivor is done with the new group before any leaves (a rank of it killed
     // meanwhile makes this fail, which a test may expect).
     if let Err(e) = g2.barrier() {
@@ -140,7 +155,7 @@ fn shrink_worker() {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
     Tcp,
     Shm,
@@ -245,6 +260,7 @@ fn survivors_shrank(label: &str, n: usize, victims: &[usize], at: u128, outs: &[
         let want = format!("{} {} {}", o.rank, alive.iter().position(|&r| r == o.rank).unwrap(), alive.len());
         assert_eq!(new, want, "{}", show());
         assert_eq!(o.field("NEW_TCP "), Some("0"), "{}: the shrink opened TCP connections", show());
+        assert_eq!(o.field("NEW_QPS "), Some("0"), "{}: the shrink made queue pairs", show());
         assert!(o.field("FINAL_ERR ").is_none(), "{}", show());
         let working: u128 = o.field("WORKING_AT ").unwrap().parse().unwrap();
         times.push(working - at);
@@ -258,6 +274,13 @@ fn killed(n: usize, backend: Backend, victims: &[usize]) {
     let label = format!("{n} ranks over {backend:?}, kill -9 of {victims:?}, shrink");
     let (at, outs) = run(n, backend, victims, &[]);
     let times = survivors_shrank(&label, n, victims, at, &outs);
+    if backend == Backend::Verbs {
+        // The count sees the queue pairs: the old group had one to each peer at least.
+        for o in outs.iter().filter(|o| !victims.contains(&o.rank)) {
+            let qps: usize = o.field("QPS_BEFORE ").unwrap().parse().unwrap();
+            assert!(qps >= n - 1, "{label}: rank {} counted {qps} queue pairs before the shrink", o.rank);
+        }
+    }
     // Far inside the deadline (20 s): a death is named at once, and the survivors' votes
     // need no wait.
     assert!(times.iter().all(|&t| t < 5_000), "{label}: {times:?} ms");
@@ -378,9 +401,9 @@ fn shrink_times() {
     let _one = one_job_at_a_time();
     let runs: usize = std::env::var("SHRINK_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     println!(
-        "| ranks | links | kill -> working group, ms (median of {runs}) | shrink() call, ms | new TCP connections |"
+        "| ranks | links | kill -> working group, ms (median of {runs}) | shrink() call, ms | new TCP connections | new queue pairs |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     let rows = [
         (3, Backend::Tcp),
         (4, Backend::Tcp),
@@ -390,7 +413,7 @@ fn shrink_times() {
         (4, Backend::Verbs),
     ];
     for (n, backend) in rows {
-        let (mut working, mut calls, mut opened) = (Vec::new(), Vec::new(), 0);
+        let (mut working, mut calls, mut opened, mut made) = (Vec::new(), Vec::new(), 0, 0);
         for _ in 0..runs {
             let label = format!("{n} ranks over {backend:?}");
             let (at, outs) = run(n, backend, &[1], &[]);
@@ -399,7 +422,13 @@ fn shrink_times() {
             let slowest = outs.iter().filter_map(|o| o.field("SHRINK_MS ")?.parse::<f64>().ok()).fold(0.0, f64::max);
             calls.push(slowest);
             opened += outs.iter().filter_map(|o| o.field("NEW_TCP ")?.parse::<usize>().ok()).sum::<usize>();
+            made += outs.iter().filter_map(|o| o.field("NEW_QPS ")?.parse::<usize>().ok()).sum::<usize>();
         }
-        println!("| {n} -> {} | {backend:?} | {:.1} | {:.2} | {opened} |", n - 1, median(working), median(calls));
+        println!(
+            "| {n} -> {} | {backend:?} | {:.1} | {:.2} | {opened} | {made} |",
+            n - 1,
+            median(working),
+            median(calls)
+        );
     }
 }
