@@ -93,11 +93,18 @@ pub fn coordinator_at(group: &boltccl::Group, port: u16) -> anyhow::Result<Strin
 
 /// Rank 0: a port free now on the job coordinator's host, for the next group.
 pub fn free_port(group: &boltccl::Group) -> anyhow::Result<u16> {
-    let host = job_host(group)?;
-    let ip = host.trim_start_matches('[').trim_end_matches(']');
-    let ip: std::net::IpAddr =
-        ip.parse().with_context(|| format!("coordinator host {host} is not an IP address (a join needs one)"))?;
+    let ip = host_ip(&job_host(group)?)?;
     boltccl::free_coordinator_port(ip).context("finding a free port for the new group")
+}
+
+/// The address `host` (an IP, `[v6]`, or a name) stands for: the first the resolver gives.
+fn host_ip(host: &str) -> anyhow::Result<std::net::IpAddr> {
+    use std::net::ToSocketAddrs;
+    let mut addrs = (host.trim_start_matches('[').trim_end_matches(']'), 0)
+        .to_socket_addrs()
+        .with_context(|| format!("the job coordinator's host {host} does not resolve (a join needs its address)"))?;
+    let first = addrs.next().with_context(|| format!("the job coordinator's host {host} has no address"))?;
+    Ok(first.ip())
 }
 
 /// The host part of the job's coordinator address (`[..]` kept around an IPv6 address).
@@ -110,6 +117,15 @@ fn job_host(group: &boltccl::Group) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_coordinator_host_may_be_an_address_or_a_name() {
+        assert_eq!(host_ip("127.0.0.1").unwrap().to_string(), "127.0.0.1");
+        assert_eq!(host_ip("[::1]").unwrap().to_string(), "::1");
+        assert!(host_ip("localhost").unwrap().is_loopback());
+        let e = host_ip("no-such-host.invalid").unwrap_err();
+        assert!(format!("{e:#}").contains("no-such-host.invalid does not resolve"), "{e:#}");
+    }
 
     #[test]
     fn the_proof_and_the_keys_depend_on_the_job_key() {
