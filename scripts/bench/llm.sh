@@ -14,6 +14,9 @@
 # llama-cpp-python from LLAMA_PY, by default target/llama-venv, made on first use (pip builds
 # llama.cpp from source: minutes); LLAMA_PY=none leaves them out.
 #   ROUNDS=5 scripts/bench.sh llm
+# Another GGUF: MODEL=path (e.g. a synthetic shape from examples/llm/tools/make_llama.py) and
+# PROMPT_IDS=1,2,3 to feed token ids (both sides run the same ids, no chat template); then a
+# last check compares TP=1's logits after the prompt and 8 greedy tokens with llama.cpp's.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -23,10 +26,15 @@ ROUNDS="${ROUNDS:-5}"
 C0="${CORE0:-0}"
 C1="${CORE1:-1}"
 bash examples/llm/fetch-model.sh >/dev/null
-M="$ROOT/target/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+M="${MODEL:-$ROOT/target/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+IDS="${PROMPT_IDS:-}"
 cargo build -q --release -p boltccl-cli -p boltccl-llm
 B="$ROOT/target/release"
-LLM=("$B/boltccl-llm" --model "$M" --prompt "$PROMPT" --max-tokens "$TOKENS")
+if [ -n "$IDS" ]; then
+  LLM=("$B/boltccl-llm" --model "$M" --prompt-ids "$IDS" --max-tokens "$TOKENS")
+else
+  LLM=("$B/boltccl-llm" --model "$M" --prompt "$PROMPT" --max-tokens "$TOKENS")
+fi
 LLAMA_PY="${LLAMA_PY:-$ROOT/target/llama-venv/bin/python}"
 if [ "$LLAMA_PY" = "$ROOT/target/llama-venv/bin/python" ]; then
   bash "$ROOT/scripts/llama-venv.sh" >/dev/null
@@ -35,23 +43,37 @@ have_llama=0
 if [ "$LLAMA_PY" != none ] && "$LLAMA_PY" -c 'import llama_cpp' 2>/dev/null; then have_llama=1; fi
 
 # llama.cpp through llama-cpp-python: decode rate from the first streamed token to the last
-# (the example's rate counts the same way), and the Python process's resident size.
+# (the example's rate counts the same way), and the Python process's resident size. With
+# PROMPT_IDS: the ids evaluated in one batch (prefill), then greedy steps of one token.
 llama() { # cores threads
-  taskset -c "$1" "$LLAMA_PY" - "$M" "$PROMPT" "$TOKENS" "$2" <<'PY'
+  taskset -c "$1" "$LLAMA_PY" - "$M" "$PROMPT" "$TOKENS" "$2" "$IDS" <<'PY'
 import sys, time
 from llama_cpp import Llama
-model, prompt, n, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-llm = Llama(model_path=model, n_ctx=512, n_threads=threads, n_threads_batch=threads, verbose=False)
-stream = llm.create_chat_completion([{"role": "user", "content": prompt}], max_tokens=n, temperature=0.0, stream=True)
-t_first, count = None, 0
-for chunk in stream:
-    if chunk["choices"][0]["delta"].get("content"):
+model, prompt, n, threads, ids = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+llm = Llama(model_path=model, n_ctx=512, n_batch=512, n_threads=threads, n_threads_batch=threads, verbose=False)
+if ids:
+    ids = [int(x) for x in ids.split(",")]
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    t1 = time.perf_counter()
+    print(f"prefill: {len(ids)} tokens in {t1 - t0:.3f}s = {len(ids) / (t1 - t0):.2f} tok/s")
+    count, t_first = 0, time.perf_counter()
+    for _ in range(n - 1):  # the first token came from the prefill's logits
+        llm.eval([int(llm.scores[llm.n_tokens - 1].argmax())])
         count += 1
-        if t_first is None:
-            t_first = time.perf_counter()
-t_end = time.perf_counter()
+    t_end = time.perf_counter()
+    print(f"decode: {count / (t_end - t_first):.2f} tok/s")
+else:
+    stream = llm.create_chat_completion([{"role": "user", "content": prompt}], max_tokens=n, temperature=0.0, stream=True)
+    t_first, count = None, 0
+    for chunk in stream:
+        if chunk["choices"][0]["delta"].get("content"):
+            count += 1
+            if t_first is None:
+                t_first = time.perf_counter()
+    t_end = time.perf_counter()
+    print(f"decode: {(count - 1) / (t_end - t_first):.2f} tok/s")
 rss = [l.split()[1] for l in open("/proc/self/status") if l.startswith("VmRSS:")][0]
-print(f"decode: {(count - 1) / (t_end - t_first):.2f} tok/s")
 print(f"memory: process resident {int(rss) / 1024:.1f} MiB")
 PY
 }
@@ -77,8 +99,9 @@ run() {
     llama1) llama "$C0" 1 >"$log" 2>&1 ;;
   esac
   num() { grep -o "$1" "$log" | grep -o '[0-9.]*' | head -1 || true; }
-  local dec share comm wait rss sum
+  local dec share comm wait rss sum pre
   dec="$(grep -o 'decode: .*[0-9.]* tok/s' "$log" | grep -o '[0-9.]* tok/s' | grep -o '[0-9.]*' | head -1 || true)"
+  pre="$(grep -o 'prefill: .*[0-9.]* tok/s' "$log" | grep -o '[0-9.]* tok/s' | grep -o '[0-9.]*' | head -1 || true)"
   share="$(num '= [0-9.]*% of decode time')"
   comm="$(num '[0-9.]*% communicating')"
   wait="$(num '[0-9.]*% waiting')"
@@ -86,7 +109,7 @@ run() {
   sum="-"
   # `boltccl launch` tags each line of a rank's output with "[rank] ".
   case "$1" in llama*) ;; *) sum="$(sed 's/^\[[0-9]*\] //' "$out" | md5sum | cut -c1-8)" ;; esac
-  echo "${dec:-?} ${share:--} ${comm:--} ${wait:--} ${rss:--} $sum" >>"$RES/$1"
+  echo "${dec:-?} ${share:--} ${comm:--} ${wait:--} ${rss:--} $sum ${pre:--}" >>"$RES/$1"
   rm -f "$log" "$out"
 }
 
@@ -112,10 +135,10 @@ text() { # same text as TP=1 (2 threads) in every round?
 row() { # config label cores
   local share="-"
   [ "$(col "$1" 2)" != "?" ] && share="$(col "$1" 2)% ($(col "$1" 3)% + $(col "$1" 4)%)"
-  echo "| $2 | $3 | $(tok "$1") | $share | $(col "$1" 5) | $( [ "${1#llama}" = "$1" ] && text "$1" || echo '—') |"
+  echo "| $2 | $3 | $(tok "$1") | $(col "$1" 7) | $share | $(col "$1" 5) | $( [ "${1#llama}" = "$1" ] && text "$1" || echo '—') |"
 }
-echo "| run | cores | decode tok/s | all_sum share of decode (communicating + waiting) | rank 0 resident MiB | same text as TP=1 |"
-echo "|---|---|---|---|---|---|"
+echo "| run | cores | decode tok/s | prefill tok/s | all_sum share of decode (communicating + waiting) | rank 0 resident MiB | same text as TP=1 |"
+echo "|---|---|---|---|---|---|---|"
 row tp1x2 "boltccl-llm TP=1, 2 threads" "$C0,$C1"
 [ "$have_llama" = 1 ] && row llama2 "llama.cpp, 2 threads" "$C0,$C1"
 row tp1x1 "boltccl-llm TP=1, 1 thread" "$C0"
@@ -136,5 +159,23 @@ if [ "$have_llama" = 1 ]; then
   echo "TP=2 (two threads, in-memory) / llama.cpp on one core: $(ratio "$(tok tp2mem)" "$(tok llama1)")"
 else
   echo "llama.cpp rows not run (LLAMA_PY=$LLAMA_PY has no llama_cpp)"
+fi
+if [ "$have_llama" = 1 ] && [ -n "$IDS" ]; then
+  # TP=1's logits after the prompt and 8 greedy tokens against llama.cpp's (one thread each).
+  taskset -c "$C0" "$B/boltccl-llm" --model "$M" --prompt-ids "$IDS" --max-tokens 8 --threads 1 \
+    --dump-logits "$RES/ours.f32" >"$RES/ours.txt" 2>/dev/null
+  theirs="$(taskset -c "$C0" "$LLAMA_PY" "$ROOT/examples/llm/tools/llama_cpp_logits.py" "$M" "$IDS" 8 1 "$RES/theirs.f32")"
+  "$LLAMA_PY" - "$RES/ours.f32" "$RES/theirs.f32" "$M" "$theirs" "$RES/ours.txt" <<'PY'
+import json, sys
+import numpy as np
+from llama_cpp import Llama
+a, b = (np.fromfile(p, dtype="<f4") for p in sys.argv[1:3])
+b = b[: a.size]
+print(f"logits after the prompt, TP=1 vs llama.cpp: max |diff| {np.abs(a - b).max():.3g} (largest |logit| {np.abs(b).max():.3g}); first token {a.argmax()} vs {b.argmax()}")
+vocab = Llama(model_path=sys.argv[3], vocab_only=True, verbose=False)
+theirs = vocab.detokenize(json.loads(sys.argv[4])["tokens"]).decode("utf-8", "replace")
+ours = open(sys.argv[5], encoding="utf-8", errors="replace").read().strip()
+print(f"8 greedy tokens, as text: ours {ours!r}, llama.cpp {theirs.strip()!r}: {'same' if ours == theirs.strip() else 'DIFFERENT'}")
+PY
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
