@@ -4,7 +4,7 @@
 mod common;
 
 use boltccl_llm::loader;
-use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
+use boltccl_llm::tokenizer::{PreTokenizer, StreamDecoder, Tokenizer};
 
 /// GPT-2's byte -> char table, written out independently of the crate's implementation.
 fn byte_chars() -> Vec<char> {
@@ -71,7 +71,7 @@ fn special_tokens_only_when_asked() {
 fn digit_isolation() {
     let t = toy();
     assert_eq!(strs(&t, &t.encode("a 123", false).unwrap()), ["a", " ", "12", "3"]);
-    let t = toy().with_digit_split(true);
+    let t = toy().with_pre_tokenizer(PreTokenizer::Smollm);
     assert_eq!(strs(&t, &t.encode("a 123", false).unwrap()), ["a", " ", "1", "2", "3"]);
 }
 
