@@ -40,6 +40,21 @@ const SPECIALS: [&str; 8] = [
 /// Whole words in the vocabulary that no merge builds (GPT-2 byte chars: `Ġ` is a space).
 const UNMERGED: [&str; 2] = ["Ġzebra", "Ġquixotic"];
 
+/// Fill-in-the-middle tokens llama.cpp also ends generation at (SmolLM2's `<reponame>`);
+/// a chat never asks for them, and this tokenizer does not stop there.
+const FIM_TOKENS: [&str; 10] = [
+    "<reponame>",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<PAD>",
+    "<|file_sep|>",
+];
+
 /// Merges learned.
 const MERGES: usize = 400;
 
@@ -194,11 +209,29 @@ fn learn_vocab(n: usize) -> (Vec<String>, Vec<String>, Vec<u32>) {
     (tokens, merges, types)
 }
 
-/// A tiny llama GGUF carrying the vocabulary, with `tokenizer.ggml.pre = pre` (absent: None).
-fn write_gguf(dir: &Path, pre: Option<&str>, vocab: &(Vec<String>, Vec<String>, Vec<u32>)) -> PathBuf {
+/// The `tokenizer.*` metadata of the learned vocabulary (no `tokenizer.ggml.pre`).
+fn toy_tokenizer(vocab: &(Vec<String>, Vec<String>, Vec<u32>)) -> Vec<(String, Meta)> {
     let (tokens, merges, types) = vocab;
+    let strs = |v: &[String]| Meta::Value(Value::Array(v.iter().map(|t| Value::Str(t.clone())).collect()));
+    let bos = tokens.iter().position(|t| t == SPECIALS[0]).unwrap() as u32;
+    vec![
+        ("tokenizer.ggml.model".to_string(), Meta::Str("gpt2".into())),
+        ("tokenizer.ggml.tokens".to_string(), strs(tokens)),
+        ("tokenizer.ggml.merges".to_string(), strs(merges)),
+        (
+            "tokenizer.ggml.token_type".to_string(),
+            Meta::Value(Value::Array(types.iter().map(|&t| Value::I64(t as i64)).collect())),
+        ),
+        ("tokenizer.ggml.bos_token_id".to_string(), Meta::U32(bos)),
+        ("tokenizer.ggml.eos_token_id".to_string(), Meta::U32(bos + 1)),
+    ]
+}
+
+/// A tiny llama GGUF (random weights: only the vocabulary matters) carrying `tokenizer` with
+/// `tokenizer.ggml.pre = pre` (absent: None) in place of any it has.
+fn write_gguf(dir: &Path, tag: &str, pre: Option<&str>, tokenizer: &[(String, Meta)], n_vocab: usize) -> PathBuf {
     let s = Spec {
-        vocab: tokens.len(),
+        vocab: n_vocab,
         hidden: 16,
         ffn: 32,
         layers: 1,
@@ -210,20 +243,8 @@ fn write_gguf(dir: &Path, pre: Option<&str>, vocab: &(Vec<String>, Vec<String>, 
         rope: boltccl_llm::config::RopeStyle::NeoX, // unused: the GGUF loader decides
         seed: 1,
     };
-    let strs = |v: &[String]| Meta::Value(Value::Array(v.iter().map(|t| Value::Str(t.clone())).collect()));
     let mut meta = gw::arch_meta(&s);
-    let bos = tokens.iter().position(|t| t == SPECIALS[0]).unwrap() as u32;
-    meta.extend([
-        ("tokenizer.ggml.model".to_string(), Meta::Str("gpt2".into())),
-        ("tokenizer.ggml.tokens".to_string(), strs(tokens)),
-        ("tokenizer.ggml.merges".to_string(), strs(merges)),
-        (
-            "tokenizer.ggml.token_type".to_string(),
-            Meta::Value(Value::Array(types.iter().map(|&t| Value::I64(t as i64)).collect())),
-        ),
-        ("tokenizer.ggml.bos_token_id".to_string(), Meta::U32(bos)),
-        ("tokenizer.ggml.eos_token_id".to_string(), Meta::U32(bos + 1)),
-    ]);
+    meta.extend(tokenizer.iter().filter(|(k, _)| k != "tokenizer.ggml.pre").cloned());
     if let Some(p) = pre {
         meta.push(("tokenizer.ggml.pre".to_string(), Meta::Str(p.into())));
     }
@@ -237,7 +258,7 @@ fn write_gguf(dir: &Path, pre: Option<&str>, vocab: &(Vec<String>, Vec<String>, 
         })
         .collect();
     let meta: Vec<(&str, Meta)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-    let path = dir.join(format!("vocab-{}.gguf", pre.unwrap_or("none")));
+    let path = dir.join(format!("{tag}-{}.gguf", pre.unwrap_or("none")));
     std::fs::write(&path, gw::write(&meta, &raw)).unwrap();
     path
 }
@@ -273,27 +294,32 @@ const PRES: [(Option<&str>, PreTokenizer); 6] = [
     (Some("qwen2"), PreTokenizer::Qwen2),
 ];
 
-#[test]
-fn pre_tokenizers_agree_with_llama_cpp() {
-    let Some(py) = llama_python() else { return };
-    let dir = common::temp_dir("llama-cpp-tokenizer");
-    let vocab = learn_vocab(MERGES);
-    assert!(vocab.1.len() >= 300, "the corpus gave only {} merges", vocab.1.len());
-    let mut paths: Vec<PathBuf> = PRES.iter().map(|(pre, _)| write_gguf(&dir, *pre, &vocab)).collect();
-    let unknown = write_gguf(&dir, Some("no-such-pre"), &vocab);
+/// Writes one GGUF per [`PRES`] value (and one naming an unknown pre-tokenizer) carrying
+/// `tokenizer`, has both programs tokenize [`TEXTS`], and checks that the ids, BOS and the
+/// end-of-generation tokens agree and that decoding gives each text back. Returns our ids
+/// of the digit text (`TEXTS[1]`) per pre-tokenizer.
+fn check_every_pre(
+    py: &Path,
+    dir: &Path,
+    tag: &str,
+    tokenizer: &[(String, Meta)],
+    n_vocab: usize,
+) -> HashMap<PreTokenizer, Vec<u32>> {
+    let mut paths: Vec<PathBuf> = PRES.iter().map(|(pre, _)| write_gguf(dir, tag, *pre, tokenizer, n_vocab)).collect();
+    let unknown = write_gguf(dir, tag, Some("no-such-pre"), tokenizer, n_vocab);
     paths.push(unknown.clone());
     let req = serde_json::json!({
         "models": paths.iter().map(|p| p.to_string_lossy().into_owned()).collect::<Vec<_>>(),
         "texts": &TEXTS[..],
     });
-    let theirs = llama_cpp(&py, &dir, &req);
+    let theirs = llama_cpp(py, dir, &req);
     let models = theirs["models"].as_array().unwrap();
 
     let mut bad = Vec::new();
-    let mut outputs: HashMap<PreTokenizer, Vec<Vec<u32>>> = HashMap::new();
+    let mut digits = HashMap::new();
     for ((pre, kind), (path, th)) in PRES.iter().zip(paths.iter().zip(models)) {
         let name = pre.unwrap_or("(absent)");
-        assert!(th.get("error").is_none(), "llama.cpp refused pre {name}: {th}");
+        assert!(th.get("error").is_none(), "{tag}: llama.cpp refused pre {name}: {th}");
         let tok = GgufModel::open(path).unwrap().tokenizer().unwrap().unwrap();
         assert_eq!(tok.pre_tokenizer(), *kind, "pre {name}");
         for (i, text) in TEXTS.iter().enumerate() {
@@ -302,38 +328,68 @@ fn pre_tokenizers_agree_with_llama_cpp() {
                 let want = ids_of(&th[key][i]);
                 if ours != want {
                     bad.push(format!(
-                        "pre {name}, {key}, {text:?}:\n  ours      {:?}\n  llama.cpp {:?}",
+                        "{tag}, pre {name}, {key}, {text:?}:\n  ours      {:?}\n  llama.cpp {:?}",
                         pieces(&tok, &ours),
                         pieces(&tok, &want)
                     ));
                 }
-                assert_eq!(tok.decode(&ours, special), *text, "pre {name}: decoding gives another text");
-            }
-            if i == 1 {
-                outputs.entry(*kind).or_default().push(tok.encode(text, false).unwrap());
+                assert_eq!(tok.decode(&ours, special), *text, "{tag}, pre {name}: decoding gives another text");
             }
         }
-        // BOS by the file's pre-tokenizer (the file does not say): llama.cpp adds it for
-        // Llama 3 only.
+        digits.insert(*kind, tok.encode(TEXTS[1], false).unwrap());
+        // BOS as the file says, else by its pre-tokenizer: llama.cpp adds it for Llama 3.
         let mut ours: Vec<u32> = tok.bos.filter(|_| tok.add_bos).into_iter().collect();
         ours.extend(tok.encode(TEXTS[0], true).unwrap());
-        assert_eq!(ours, ids_of(&th["with_bos"]), "pre {name}: BOS policy differs from llama.cpp's");
-        let mut stop = tok.stop_tokens();
-        stop.sort_unstable();
-        assert_eq!(stop, ids_of(&th["eog"]), "pre {name}: the tokens that end generation differ");
+        assert_eq!(ours, ids_of(&th["with_bos"]), "{tag}, pre {name}: BOS policy differs from llama.cpp's");
+        // The tokens that end generation: llama.cpp's, less its fill-in-the-middle ones.
+        let (stop, eog) = (tok.stop_tokens(), ids_of(&th["eog"]));
+        assert!(stop.iter().all(|t| eog.contains(t)), "{tag}, pre {name}: we stop at {stop:?}, llama.cpp at {eog:?}");
+        let missed: Vec<String> = eog.iter().filter(|t| !stop.contains(t)).map(|&t| tok.decode(&[t], true)).collect();
+        assert!(
+            missed.iter().all(|t| FIM_TOKENS.contains(&t.as_str())),
+            "{tag}, pre {name}: llama.cpp also stops at {missed:?}"
+        );
     }
     assert!(bad.is_empty(), "{} tokenizations differ from llama.cpp's:\n{}", bad.len(), bad.join("\n"));
-    // The set is hard enough to tell the pre-tokenizers apart, and the merges are used.
-    let digits = |k: PreTokenizer| outputs[&k][0].clone();
-    assert_ne!(digits(PreTokenizer::Llama3), digits(PreTokenizer::Qwen2));
-    assert_ne!(digits(PreTokenizer::Gpt2), digits(PreTokenizer::Smollm));
-    assert!(digits(PreTokenizer::Llama3).iter().any(|&id| id >= 256), "no merged token in the digits");
 
     // A value llama.cpp does not know: it refuses the file; so do we, naming it.
-    assert!(models[PRES.len()].get("error").is_some(), "llama.cpp loaded pre no-such-pre");
+    assert!(models[PRES.len()].get("error").is_some(), "{tag}: llama.cpp loaded pre no-such-pre");
     let err = GgufModel::open(&unknown).unwrap().tokenizer().err().expect("an unknown pre is an error");
     let msg = format!("{err:#}");
     assert!(msg.contains("no-such-pre") && msg.contains("llama-bpe") && msg.contains("qwen2"), "{msg}");
+    digits
+}
+
+#[test]
+fn pre_tokenizers_agree_with_llama_cpp() {
+    let Some(py) = llama_python() else { return };
+    let dir = common::temp_dir("llama-cpp-tokenizer");
+    let vocab = learn_vocab(MERGES);
+    assert!(vocab.1.len() >= 300, "the corpus gave only {} merges", vocab.1.len());
+    let digits = check_every_pre(&py, &dir, "learned", &toy_tokenizer(&vocab), vocab.0.len());
+    // The set is hard enough to tell the pre-tokenizers apart, and the merges are used.
+    assert_ne!(digits[&PreTokenizer::Llama3], digits[&PreTokenizer::Qwen2]);
+    assert_ne!(digits[&PreTokenizer::Gpt2], digits[&PreTokenizer::Smollm]);
+    assert!(digits[&PreTokenizer::Llama3].iter().any(|&id| id >= 256), "no merged token in the digits");
+}
+
+/// The same on a real vocabulary: SmolLM2's 49152 tokens and 48900 merges, under every
+/// pre-tokenizer (the file's own is `smollm`).
+#[test]
+fn real_vocabulary_under_every_pre_tokenizer_agrees_with_llama_cpp() {
+    let Some(smollm2) = common::smollm2_path() else { return };
+    let Some(py) = llama_python() else { return };
+    let src = GgufModel::open(&smollm2).unwrap();
+    let mut tokenizer: Vec<(String, Meta)> = src
+        .metadata
+        .iter()
+        .filter(|(k, _)| k.starts_with("tokenizer.") && *k != "tokenizer.chat_template")
+        .map(|(k, v)| (k.clone(), Meta::Value(v.clone())))
+        .collect();
+    tokenizer.sort_by(|a, b| a.0.cmp(&b.0));
+    let n_vocab = src.tokenizer().unwrap().unwrap().vocab_size();
+    let dir = common::temp_dir("llama-cpp-tokenizer-smollm2");
+    check_every_pre(&py, &dir, "smollm2", &tokenizer, n_vocab);
 }
 
 /// Llama 3 (8B Instruct)'s chat template, as its tokenizer_config.json has it.
@@ -350,7 +406,8 @@ message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prom
 fn chat_prompts_agree_with_llama_cpp() {
     let Some(py) = llama_python() else { return };
     let dir = common::temp_dir("llama-cpp-chat");
-    let path = write_gguf(&dir, Some("llama-bpe"), &learn_vocab(50));
+    let vocab = learn_vocab(50);
+    let path = write_gguf(&dir, "chat", Some("llama-bpe"), &toy_tokenizer(&vocab), vocab.0.len());
     let tok = GgufModel::open(&path).unwrap().tokenizer().unwrap().unwrap();
     let bos = tok.decode(&[tok.bos.unwrap()], true);
     let cases: [(&str, Option<&str>, &str); 4] = [
