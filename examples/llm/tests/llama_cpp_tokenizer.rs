@@ -294,7 +294,23 @@ const PRES: [(Option<&str>, PreTokenizer); 6] = [
     (Some("qwen2"), PreTokenizer::Qwen2),
 ];
 
-/// Writes one GGUF per [`PRES`] value (and one naming an unknown pre-tokenizer) carrying
+/// The other names llama.cpp gives the same pre-tokenizers (checked on the learned
+/// vocabulary only).
+const ALIASES: [(Option<&str>, PreTokenizer); 11] = [
+    (Some("phi-2"), PreTokenizer::Gpt2),
+    (Some("mpt"), PreTokenizer::Gpt2),
+    (Some("olmo"), PreTokenizer::Gpt2),
+    (Some("starcoder"), PreTokenizer::Smollm),
+    (Some("refact"), PreTokenizer::Smollm),
+    (Some("codeshell"), PreTokenizer::Smollm),
+    (Some("llama3"), PreTokenizer::Llama3),
+    (Some("llama-v3"), PreTokenizer::Llama3),
+    (Some("falcon3"), PreTokenizer::Llama3),
+    (Some("pixtral"), PreTokenizer::Llama3),
+    (Some("deepseek-r1-qwen"), PreTokenizer::Qwen2),
+];
+
+/// Writes one GGUF per `pres` value (and one naming an unknown pre-tokenizer) carrying
 /// `tokenizer`, has both programs tokenize [`TEXTS`], and checks that the ids, BOS and the
 /// end-of-generation tokens agree and that decoding gives each text back. Returns our ids
 /// of the digit text (`TEXTS[1]`) per pre-tokenizer.
@@ -304,8 +320,9 @@ fn check_every_pre(
     tag: &str,
     tokenizer: &[(String, Meta)],
     n_vocab: usize,
+    pres: &[(Option<&str>, PreTokenizer)],
 ) -> HashMap<PreTokenizer, Vec<u32>> {
-    let mut paths: Vec<PathBuf> = PRES.iter().map(|(pre, _)| write_gguf(dir, tag, *pre, tokenizer, n_vocab)).collect();
+    let mut paths: Vec<PathBuf> = pres.iter().map(|(pre, _)| write_gguf(dir, tag, *pre, tokenizer, n_vocab)).collect();
     let unknown = write_gguf(dir, tag, Some("no-such-pre"), tokenizer, n_vocab);
     paths.push(unknown.clone());
     let req = serde_json::json!({
@@ -317,7 +334,7 @@ fn check_every_pre(
 
     let mut bad = Vec::new();
     let mut digits = HashMap::new();
-    for ((pre, kind), (path, th)) in PRES.iter().zip(paths.iter().zip(models)) {
+    for ((pre, kind), (path, th)) in pres.iter().zip(paths.iter().zip(models)) {
         let name = pre.unwrap_or("(absent)");
         assert!(th.get("error").is_none(), "{tag}: llama.cpp refused pre {name}: {th}");
         let tok = GgufModel::open(path).unwrap().tokenizer().unwrap().unwrap();
@@ -353,7 +370,7 @@ fn check_every_pre(
     assert!(bad.is_empty(), "{} tokenizations differ from llama.cpp's:\n{}", bad.len(), bad.join("\n"));
 
     // A value llama.cpp does not know: it refuses the file; so do we, naming it.
-    assert!(models[PRES.len()].get("error").is_some(), "{tag}: llama.cpp loaded pre no-such-pre");
+    assert!(models[pres.len()].get("error").is_some(), "{tag}: llama.cpp loaded pre no-such-pre");
     let err = GgufModel::open(&unknown).unwrap().tokenizer().err().expect("an unknown pre is an error");
     let msg = format!("{err:#}");
     assert!(msg.contains("no-such-pre") && msg.contains("llama-bpe") && msg.contains("qwen2"), "{msg}");
@@ -366,7 +383,8 @@ fn pre_tokenizers_agree_with_llama_cpp() {
     let dir = common::temp_dir("llama-cpp-tokenizer");
     let vocab = learn_vocab(MERGES);
     assert!(vocab.1.len() >= 300, "the corpus gave only {} merges", vocab.1.len());
-    let digits = check_every_pre(&py, &dir, "learned", &toy_tokenizer(&vocab), vocab.0.len());
+    let pres: Vec<_> = PRES.iter().chain(&ALIASES).copied().collect();
+    let digits = check_every_pre(&py, &dir, "learned", &toy_tokenizer(&vocab), vocab.0.len(), &pres);
     // The set is hard enough to tell the pre-tokenizers apart, and the merges are used.
     assert_ne!(digits[&PreTokenizer::Llama3], digits[&PreTokenizer::Qwen2]);
     assert_ne!(digits[&PreTokenizer::Gpt2], digits[&PreTokenizer::Smollm]);
@@ -389,7 +407,7 @@ fn real_vocabulary_under_every_pre_tokenizer_agrees_with_llama_cpp() {
     tokenizer.sort_by(|a, b| a.0.cmp(&b.0));
     let n_vocab = src.tokenizer().unwrap().unwrap().vocab_size();
     let dir = common::temp_dir("llama-cpp-tokenizer-smollm2");
-    check_every_pre(&py, &dir, "smollm2", &tokenizer, n_vocab);
+    check_every_pre(&py, &dir, "smollm2", &tokenizer, n_vocab, &PRES);
 }
 
 /// Llama 3 (8B Instruct)'s chat template, as its tokenizer_config.json has it.
