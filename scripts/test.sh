@@ -39,7 +39,7 @@ if ! bash examples/llm/fetch-model.sh; then
     echo "WARNING: could not fetch SmolLM2; the end-to-end inference tests will skip"
 fi
 # llama.cpp (llama-cpp-python in target/llama-venv, built once: minutes) for the inference
-# example's cross-check (examples/llm/tests/llama_cpp.rs), under the same rule.
+# example's cross-checks (examples/llm/tests/llama_cpp*.rs), under the same rule.
 if ! bash scripts/llama-venv.sh >/dev/null; then
     if [ -n "${CI:-}" ] && [ "${CI}" != "false" ] && [ "${CI}" != "0" ]; then
         echo "could not install llama-cpp-python, and CI is set: the llama.cpp cross-check must run" >&2

@@ -10,8 +10,9 @@ use crate::sample::Sampler;
 pub struct GenOptions {
     /// Maximum new tokens.
     pub max_tokens: usize,
-    /// Stop when this token is chosen (it is not emitted).
-    pub stop_token: Option<u32>,
+    /// Stop when one of these tokens is chosen (it is not emitted): EOS and the end-of-turn
+    /// tokens ([`crate::tokenizer::Tokenizer::stop_tokens`]).
+    pub stop_tokens: Vec<u32>,
     /// Keep every step's logits (rank 0, the only rank that holds them all), for tests.
     pub record_logits: bool,
     /// After every forward pass, compare the residual-stream fingerprint of every rank with
@@ -76,7 +77,7 @@ pub fn generate(
     let t1 = Instant::now();
     out.decode_start_ns = crate::timing::now_ns();
     for i in 0..opts.max_tokens {
-        if Some(tok) == opts.stop_token {
+        if opts.stop_tokens.contains(&tok) {
             break;
         }
         out.tokens.push(tok);

@@ -40,7 +40,8 @@ struct Args {
     /// Model: a .gguf file, or a directory with config.json + *.safetensors.
     #[arg(long)]
     model: PathBuf,
-    /// User prompt (wrapped in the model's chat template when it has a ChatML one).
+    /// User prompt (wrapped in the model's chat template when it has one: ChatML or Llama 3's;
+    /// another template is an error, see --raw).
     #[arg(long, default_value = "What is the capital of France? Answer in one sentence.")]
     prompt: String,
     /// Optional system message for the chat template.
@@ -102,16 +103,18 @@ fn prompt_ids(tok: Option<&Tokenizer>, chat_template: Option<&str>, args: &Args)
     }
     let tok = tok.context("this checkpoint has no tokenizer: use a GGUF file, or pass --prompt-ids 1,2,3")?;
     let text = match (chat_template, args.raw) {
-        (Some(t), false) => {
-            Tokenizer::chatml_prompt(t, args.system.as_deref(), &args.prompt).unwrap_or_else(|| args.prompt.clone())
-        }
+        (Some(t), false) => tok.chat_prompt(t, args.system.as_deref(), &args.prompt)?,
         _ => args.prompt.clone(),
     };
+    let body = tok.encode(&text, true)?;
     let mut ids = Vec::new();
-    if tok.add_bos {
-        ids.extend(tok.bos);
+    // A template that prints BOS itself (Llama 3's) must not get a second one.
+    if let (true, Some(bos)) = (tok.add_bos, tok.bos) {
+        if body.first() != Some(&bos) {
+            ids.push(bos);
+        }
     }
-    ids.extend(tok.encode(&text, true)?);
+    ids.extend(body);
     Ok(ids)
 }
 
@@ -186,7 +189,7 @@ fn run_rank(
     let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
     let opts = GenOptions {
         max_tokens: args.max_tokens,
-        stop_token: tok.and_then(|t| t.eos),
+        stop_tokens: tok.map(Tokenizer::stop_tokens).unwrap_or_default(),
         record_logits: args.dump_logits.is_some(),
         check_sync: args.check_sync,
     };

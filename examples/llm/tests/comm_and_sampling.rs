@@ -182,8 +182,12 @@ fn check_sync_detects_diverging_ranks() {
                     s.spawn(move || {
                         let plan = ShardPlan::new(src.config(), c.rank(), 2).unwrap();
                         let model = Model::load(src, plan).unwrap();
-                        let opts =
-                            GenOptions { max_tokens: 4, stop_token: None, record_logits: false, check_sync: check };
+                        let opts = GenOptions {
+                            max_tokens: 4,
+                            stop_tokens: Vec::new(),
+                            record_logits: false,
+                            check_sync: check,
+                        };
                         let comm: Box<dyn Comm> = if skew { Box::new(SkewedComm(c)) } else { Box::new(c) };
                         generate(&model, comm.as_ref(), &[1, 2, 3], &mut Sampler::greedy(), &opts, |_| {})
                     })

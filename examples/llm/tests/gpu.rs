@@ -82,7 +82,8 @@ fn run_gpu(src: &dyn WeightSource, ctx: &Arc<GpuContext>, tp: usize, prompt: &[u
                     let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
                     let mut model = Model::load(src, plan).unwrap();
                     model.upload_to_gpu(ctx, false).unwrap();
-                    let opts = GenOptions { max_tokens: 8, stop_token: None, record_logits: true, check_sync: true };
+                    let opts =
+                        GenOptions { max_tokens: 8, stop_tokens: Vec::new(), record_logits: true, check_sync: true };
                     generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
                 })
             })
@@ -295,7 +296,7 @@ fn gpu_smollm2_same_tokens_as_cpu() {
     let plan = ShardPlan::new(src.config(), 0, 1).unwrap();
     let mut model = Model::load(src, plan).unwrap();
     model.upload_to_gpu(&ctx, false).unwrap();
-    let opts = GenOptions { max_tokens: n, stop_token: None, record_logits: true, check_sync: false };
+    let opts = GenOptions { max_tokens: n, stop_tokens: Vec::new(), record_logits: true, check_sync: false };
     let g = generate(&model, &boltccl_llm::comm::SingleRank, &prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
     eprintln!("GPU: {:?}", tok.decode(&g.tokens, false));
     assert_eq!(

@@ -31,8 +31,8 @@ const KEEP: usize = 4;
 /// factor, or rotates Qwen heads in adjacent pairs, misses by 0.95 to 7.2 on the first
 /// position. 1e-3 is a hundred times the rounding and a thousandth of those.
 const TOLERANCE: f32 = 1e-3;
-/// A fixed prompt of token ids (no tokenizer in the loop: the Qwen and Llama 3 BPE
-/// pre-tokenizers are not implemented, and the file carries SmolLM2's anyway).
+/// A fixed prompt of token ids (no tokenizer in the loop: the file carries SmolLM2's
+/// tokenizer, and `llama_cpp_tokenizer.rs` checks the Qwen and Llama 3 pre-tokenizers).
 const PROMPT: [u32; 10] = [1, 504, 3458, 314, 2114, 30, 100, 2000, 9690, 198];
 
 /// How the synthetic file scales RoPE (Llama only).

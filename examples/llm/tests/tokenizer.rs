@@ -4,7 +4,7 @@
 mod common;
 
 use boltccl_llm::loader;
-use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
+use boltccl_llm::tokenizer::{ChatFormat, PreTokenizer, StreamDecoder, Tokenizer};
 
 /// GPT-2's byte -> char table, written out independently of the crate's implementation.
 fn byte_chars() -> Vec<char> {
@@ -71,7 +71,7 @@ fn special_tokens_only_when_asked() {
 fn digit_isolation() {
     let t = toy();
     assert_eq!(strs(&t, &t.encode("a 123", false).unwrap()), ["a", " ", "12", "3"]);
-    let t = toy().with_digit_split(true);
+    let t = toy().with_pre_tokenizer(PreTokenizer::Smollm);
     assert_eq!(strs(&t, &t.encode("a 123", false).unwrap()), ["a", " ", "1", "2", "3"]);
 }
 
@@ -151,4 +151,53 @@ fn chatml_prompt_formats() {
         .unwrap()
         .starts_with("<|im_start|>system\nX<|im_end|>"));
     assert!(Tokenizer::chatml_prompt("[INST]", None, "Hi").is_none());
+}
+
+/// Words of `text` under `pre`, on the toy vocabulary (the split does not depend on it).
+fn words(pre: PreTokenizer, text: &str) -> Vec<String> {
+    toy().with_pre_tokenizer(pre).split_words(text).unwrap().into_iter().map(str::to_string).collect()
+}
+
+#[test]
+fn pre_tokenizers_split_as_their_patterns_say() {
+    // Llama 3: contractions in either case, a letter run with one leading non-letter, digits
+    // in threes, punctuation with its newlines, newline runs with the spaces before them.
+    assert_eq!(
+        words(PreTokenizer::Llama3, "DON'T we'LL O'Tis 1234567!!\n\n  x\ty"),
+        ["DON", "'T", " we", "'LL", " O", "'T", "is", " ", "123", "456", "7", "!!\n\n", " ", " x", "\ty"]
+    );
+    // Qwen2: the same with every digit alone.
+    assert_eq!(words(PreTokenizer::Qwen2, "a 1234"), ["a", " ", "1", "2", "3", "4"]);
+    // GPT-2: lower-case contractions only, a digit run with one leading space.
+    assert_eq!(words(PreTokenizer::Gpt2, "DON'T don't 1234"), ["DON", "'", "T", " don", "'t", " 1234"]);
+    // llama.cpp's default: punctuation runs first, then GPT-2's pattern, then three digits.
+    assert_eq!(words(PreTokenizer::Default, "a+b 12345"), ["a", "+", "b", " ", "123", "45"]);
+    assert_eq!(words(PreTokenizer::Smollm, "x 12"), ["x", " ", "1", "2"]);
+    assert!(words(PreTokenizer::Llama3, "").is_empty());
+}
+
+#[test]
+fn pre_tokenizer_names() {
+    assert_eq!(PreTokenizer::from_name("llama-bpe").unwrap(), PreTokenizer::Llama3);
+    assert_eq!(PreTokenizer::from_name("qwen2").unwrap(), PreTokenizer::Qwen2);
+    assert_eq!(PreTokenizer::from_name("smollm").unwrap(), PreTokenizer::Smollm);
+    assert_eq!(PreTokenizer::from_name("gpt-2").unwrap(), PreTokenizer::Gpt2);
+    let err = format!("{:#}", PreTokenizer::from_name("tekken").unwrap_err());
+    assert!(err.contains("\"tekken\"") && err.contains("llama-bpe") && err.contains("qwen2"), "{err}");
+}
+
+#[test]
+fn llama3_chat_prompt_is_the_documented_format() {
+    // Meta's documented Llama 3 prompt, verbatim.
+    let want = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>\
+                <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>\
+                <|start_header_id|>assistant<|end_header_id|>\n\n";
+    assert_eq!(Tokenizer::llama3_prompt("<|begin_of_text|>", Some("Be brief."), " Hi\n"), want);
+    let template = "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>...";
+    assert_eq!(ChatFormat::detect(template), Some(ChatFormat::Llama3));
+    assert_eq!(ChatFormat::detect("<|im_start|>{{ m.role }}"), Some(ChatFormat::ChatMl));
+    // A template of neither kind: an error pointing at --raw, not a raw prompt.
+    assert_eq!(ChatFormat::detect("[INST] {{ m.content }} [/INST]"), None);
+    let err = toy().chat_prompt("[INST] {{ m.content }} [/INST]", None, "Hi").unwrap_err();
+    assert!(format!("{err:#}").contains("--raw"));
 }

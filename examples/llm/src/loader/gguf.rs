@@ -13,7 +13,7 @@ use memmap2::Mmap;
 use super::{names, Tensor, WeightSource};
 use crate::config::{ModelConfig, RopeStyle};
 use crate::quant::{dequantize, GgmlType, QuantRows};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{PreTokenizer, Tokenizer};
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -304,11 +304,29 @@ impl GgufModel {
             id("tokenizer.ggml.bos_token_id"),
             id("tokenizer.ggml.eos_token_id"),
         )?;
-        // SmolLM's pre-tokenizer isolates each digit before the GPT-2 regex.
-        let pre = self.metadata.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("");
-        let mut tok = tok.with_digit_split(pre == "smollm");
-        // Byte-level BPE models mostly do not use a BOS token; follow the file when it says.
-        tok.add_bos = matches!(self.metadata.get("tokenizer.ggml.add_bos_token"), Some(Value::Bool(true)));
+        // How text is cut into words, as llama.cpp decides it: a file without the key gets
+        // llama.cpp's fallback (with its warning); a value neither knows is an error.
+        let pre = match self.metadata.get("tokenizer.ggml.pre") {
+            None => {
+                eprintln!(
+                    "warning: the GGUF has no tokenizer.ggml.pre: text is split with llama.cpp's 'default' \
+                     pre-tokenizer, which may not be the one the model was trained with"
+                );
+                PreTokenizer::Default
+            }
+            Some(v) => {
+                let name = v.as_str().context("tokenizer.ggml.pre is not a string")?;
+                PreTokenizer::from_name(name)?
+            }
+        };
+        let mut tok = tok.with_pre_tokenizer(pre);
+        // Follow the file when it says whether prompts start with BOS, else the pre-tokenizer's
+        // default (on for Llama 3, off for the other byte-level BPE models).
+        tok.add_bos = match self.metadata.get("tokenizer.ggml.add_bos_token") {
+            Some(Value::Bool(b)) => *b,
+            _ => pre.adds_bos_by_default(),
+        };
+        tok.eot = id("tokenizer.ggml.eot_token_id").filter(|&e| (e as usize) < tok.vocab_size());
         Ok(Some(tok))
     }
 

@@ -163,7 +163,7 @@ pub fn run_job(
     comm: &dyn Comm,
     prompt: &[u32],
     params: &JobParams,
-    eos: Option<u32>,
+    stop: &[u32],
     mut on_token: impl FnMut(u32) -> bool,
 ) -> anyhow::Result<JobOutcome> {
     ensure!(!prompt.is_empty(), "empty prompt");
@@ -174,7 +174,7 @@ pub fn run_job(
     let mut tok = next_token(model, comm, &mut sampler, prompt, &mut cache)?;
     let mut tokens = Vec::new();
     for i in 0..params.max_tokens {
-        if Some(tok) == eos {
+        if stop.contains(&tok) {
             return Ok(JobOutcome { tokens, end: End::Eos });
         }
         tokens.push(tok);
@@ -216,12 +216,12 @@ fn next_token(
 
 /// A follower: run what rank 0 says until it says stop, or to grow the group (which the
 /// caller does: the returned command).
-pub fn follow(model: &Model, comm: &dyn Comm, eos: Option<u32>) -> anyhow::Result<Command> {
+pub fn follow(model: &Model, comm: &dyn Comm, stop: &[u32]) -> anyhow::Result<Command> {
     loop {
         match recv_command(comm)? {
             Command::Idle => {}
             Command::Generate { prompt, params } => {
-                run_job(model, comm, &prompt, &params, eos, |_| true)?;
+                run_job(model, comm, &prompt, &params, stop, |_| true)?;
             }
             other => return Ok(other),
         }
@@ -344,7 +344,7 @@ fn run_one(model: &Model, comm: &dyn Comm, tok: &Tokenizer, job: &Job, n: u64) -
     let mut stop = StopMatcher::new(job.stop.clone());
     let mut matched = false;
     let mut first: Option<Duration> = None;
-    let out = run_job(model, comm, &job.prompt, &job.params, tok.eos, |id| {
+    let out = run_job(model, comm, &job.prompt, &job.params, &tok.stop_tokens(), |id| {
         first.get_or_insert_with(|| t0.elapsed());
         let (text, hit) = stop.push(&dec.push(tok, id));
         if !text.is_empty() {

@@ -98,7 +98,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let tok = Arc::new(tokenizer.context("serve needs a tokenizer: give it a GGUF file, which carries one")?);
     let heal = !args.no_heal;
     if let Some(url) = &args.join {
-        return join_and_follow(url, weights, tok.eos, heal);
+        return join_and_follow(url, weights, &tok.stop_tokens(), heal);
     }
     let link = if std::env::var_os("BOLTCCL_WORLD_SIZE").is_some() {
         Link::Group(boltccl::init().context("joining the boltccl group")?)
@@ -111,7 +111,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if cluster.comm().rank() != 0 {
         leave_after_signal_unless_told();
         let me = cluster.first_rank();
-        return follow(&mut cluster, tok.eos, heal).with_context(|| format!("rank {me} following rank 0"));
+        return follow(&mut cluster, &tok.stop_tokens(), heal).with_context(|| format!("rank {me} following rank 0"));
     }
 
     let template = match &args.chat_template {
@@ -325,7 +325,7 @@ fn admit(cluster: &mut Cluster, req: join::Request, generation: &mut u64) -> any
 fn join_and_follow(
     url: &str,
     weights: Box<dyn crate::loader::WeightSource>,
-    eos: Option<u32>,
+    stop: &[u32],
     heal: bool,
 ) -> anyhow::Result<()> {
     let key = std::env::var("BOLTCCL_JOB_KEY").context("--join needs the job's BOLTCCL_JOB_KEY")?;
@@ -339,14 +339,14 @@ fn join_and_follow(
     let mut cluster = Cluster::join(weights, group, ticket.id)?;
     log(&format!("rank {}: joined as rank {} of {}", ticket.id, ticket.rank, ticket.size));
     leave_after_signal_unless_told();
-    follow(&mut cluster, eos, heal).with_context(|| format!("rank {} following rank 0", ticket.id))
+    follow(&mut cluster, stop, heal).with_context(|| format!("rank {} following rank 0", ticket.id))
 }
 
 /// A follower's life: follow rank 0; when a rank is lost, heal (unless `heal` is off) and
 /// follow on in the smaller group; grow when rank 0 says so.
-fn follow(cluster: &mut Cluster, eos: Option<u32>, heal: bool) -> anyhow::Result<()> {
+fn follow(cluster: &mut Cluster, stop: &[u32], heal: bool) -> anyhow::Result<()> {
     loop {
-        let e = match engine::follow(cluster.model(), cluster.comm(), eos) {
+        let e = match engine::follow(cluster.model(), cluster.comm(), stop) {
             Ok(engine::Command::Grow { size, port, generation }) => {
                 grow_follower(cluster, size, port, generation)?;
                 continue;

@@ -176,7 +176,8 @@ pub fn run_tp_with(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize, 
                 s.spawn(move || {
                     let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
                     let model = Model::load_with(src, plan, opts).unwrap();
-                    let opts = GenOptions { max_tokens: n, stop_token: None, record_logits: true, check_sync: true };
+                    let opts =
+                        GenOptions { max_tokens: n, stop_tokens: Vec::new(), record_logits: true, check_sync: true };
                     let out = generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
                     let opts = GenOptions { record_logits: false, ..opts };
                     let chosen = generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
