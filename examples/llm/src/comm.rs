@@ -2,7 +2,8 @@
 //!
 //! Everything the model needs from the network goes through [`Comm`]: two `all_sum`s per layer,
 //! one gather of the logit slices to rank 0 and one token broadcast per step (plus, once at the
-//! end, a gather and a few pings for the timing report). It mirrors the subset of
+//! end, a gather and a few pings for the timing report); expert-parallel mixture-of-experts
+//! layers add one all_to_all_v each. It mirrors the subset of
 //! `boltccl::Group` the example uses; tests wrap it to inject faults.
 
 use crate::timing::{now_ns, CallLog};
@@ -39,6 +40,19 @@ pub trait Comm: Send + Sync {
     /// Receive `x` from rank `peer`.
     fn recv_bytes(&self, _x: &mut [u8], _peer: usize) -> anyhow::Result<()> {
         anyhow::bail!("this Comm has no point-to-point receive")
+    }
+    /// All-to-all with a count per peer: `send` holds `send_counts[q]` values for each rank `q`
+    /// in turn, and `recv` gets `recv_counts[q]` values from each, in rank order. What rank `q`
+    /// sends this rank must be what this rank expects from `q`. Used by expert-parallel
+    /// mixture-of-experts layers to bring the experts' outputs back.
+    fn all_to_all_v_f32(
+        &self,
+        _send: &[f32],
+        _send_counts: &[usize],
+        _recv: &mut [f32],
+        _recv_counts: &[usize],
+    ) -> anyhow::Result<()> {
+        anyhow::bail!("this Comm has no all_to_all_v")
     }
     /// Gather with uneven parts: rank `r` passes its `counts[r]` values as `mine`; on `root`,
     /// `all` (length `counts.iter().sum()`) receives every rank's part in rank order. `all` is
@@ -95,6 +109,22 @@ impl Comm for SingleRank {
     fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
         Ok(mine.to_vec())
     }
+    fn all_to_all_v_f32(
+        &self,
+        send: &[f32],
+        send_counts: &[usize],
+        recv: &mut [f32],
+        recv_counts: &[usize],
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            send_counts == [send.len()] && recv_counts == send_counts && recv.len() == send.len(),
+            "all_to_all_v on one rank: sends {send_counts:?} of {} values, expects {recv_counts:?} in {}",
+            send.len(),
+            recv.len()
+        );
+        recv.copy_from_slice(send);
+        Ok(())
+    }
 }
 
 /// The real thing: a boltccl group, over TCP or RDMA between processes, or in memory between
@@ -124,6 +154,16 @@ impl Comm for boltccl::Group {
         boltccl::Group::all_gather(self, mine, &mut out)?;
         Ok(out)
     }
+    fn all_to_all_v_f32(
+        &self,
+        send: &[f32],
+        send_counts: &[usize],
+        recv: &mut [f32],
+        recv_counts: &[usize],
+    ) -> anyhow::Result<()> {
+        boltccl::Group::all_to_all_v(self, send, send_counts, recv, recv_counts)?;
+        Ok(())
+    }
     fn send_bytes(&self, x: &[u8], peer: usize) -> anyhow::Result<()> {
         boltccl::Group::send(self, x, peer)?;
         Ok(())
@@ -134,7 +174,7 @@ impl Comm for boltccl::Group {
     }
 }
 
-/// Wraps a [`Comm`] and logs when each `all_sum` (f32 or f64) was entered and left (for the "share of
+/// Wraps a [`Comm`] and logs when each `all_sum` (f32 or f64) or `all_to_all_v` was entered and left (for the "share of
 /// time in all_sum" figures the CLI prints; see [`crate::timing`]).
 pub struct TimedComm<C> {
     inner: C,
@@ -171,6 +211,19 @@ impl<C: Comm> Comm for TimedComm<C> {
         self.log.push(enter, now_ns());
         r
     }
+    fn all_to_all_v_f32(
+        &self,
+        send: &[f32],
+        send_counts: &[usize],
+        recv: &mut [f32],
+        recv_counts: &[usize],
+    ) -> anyhow::Result<()> {
+        // Logged with the all_sums: in an expert-parallel layer it takes the MLP all_sum's place.
+        let enter = now_ns();
+        let r = self.inner.all_to_all_v_f32(send, send_counts, recv, recv_counts);
+        self.log.push(enter, now_ns());
+        r
+    }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         self.inner.broadcast_u32(x, root)
     }
@@ -203,6 +256,15 @@ impl<C: Comm + ?Sized> Comm for &C {
     }
     fn broadcast_u32(&self, x: &mut [u32], root: usize) -> anyhow::Result<()> {
         (**self).broadcast_u32(x, root)
+    }
+    fn all_to_all_v_f32(
+        &self,
+        send: &[f32],
+        send_counts: &[usize],
+        recv: &mut [f32],
+        recv_counts: &[usize],
+    ) -> anyhow::Result<()> {
+        (**self).all_to_all_v_f32(send, send_counts, recv, recv_counts)
     }
     fn all_gather_u64(&self, mine: &[u64]) -> anyhow::Result<Vec<u64>> {
         (**self).all_gather_u64(mine)

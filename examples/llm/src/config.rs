@@ -52,6 +52,21 @@ pub struct ModelConfig {
     pub o_proj_block: usize,
     /// The same for down_proj's columns (the MLP features).
     pub down_proj_block: usize,
+    /// Mixture-of-experts MLP (Qwen3-MoE), or `None` for the dense SwiGLU MLP. With experts,
+    /// [`Self::intermediate_size`] is one expert's width.
+    pub moe: Option<MoeConfig>,
+}
+
+/// The routed-experts MLP of a Qwen3-MoE layer: a router picks `used` of `experts` SwiGLU
+/// experts per token (softmax over all experts, the top `used` kept and their weights
+/// renormalised to sum to one, as llama.cpp's `qwen3moe` graph does), and the layer's output
+/// is the weighted sum of the chosen experts' outputs. No shared expert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeConfig {
+    /// Experts per layer.
+    pub experts: usize,
+    /// Experts each token is routed to (top-k).
+    pub used: usize,
 }
 
 impl ModelConfig {
@@ -77,6 +92,14 @@ impl ModelConfig {
         );
         anyhow::ensure!(self.hidden_size > 0 && self.intermediate_size > 0, "zero width");
         anyhow::ensure!(self.num_layers > 0 && self.vocab_size > 0, "empty model");
+        if let Some(m) = self.moe {
+            anyhow::ensure!(
+                m.used >= 1 && m.used <= m.experts,
+                "{} experts used per token out of {}: need 1 to the expert count",
+                m.used,
+                m.experts
+            );
+        }
         Ok(())
     }
 
@@ -169,6 +192,7 @@ impl HfConfig {
             qk_norm: family == "qwen3",
             o_proj_block: crate::quant::QK,
             down_proj_block: crate::quant::QK,
+            moe: None,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -13,13 +13,19 @@ use boltccl_llm::generate::{generate, GenOptions, GenOutput};
 use boltccl_llm::loader::{self, Checkpoint, WeightSource};
 use boltccl_llm::model::{LoadOptions, Model, WeightMode};
 use boltccl_llm::sample::Sampler;
-use boltccl_llm::shard::ShardPlan;
+use boltccl_llm::shard::{MoeSplit, ShardPlan};
 use boltccl_llm::tokenizer::{StreamDecoder, Tokenizer};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Backend {
     Cpu,
     Gpu,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Moe {
+    Tp,
+    Ep,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -85,6 +91,11 @@ struct Args {
     /// backend's); `f32` expands them at load (4-7x the memory).
     #[arg(long, value_enum, default_value_t = Weights::Q8)]
     weights: Weights,
+    /// How a mixture-of-experts model (qwen3moe) splits its experts across ranks: `tp` gives
+    /// every rank a column slice of every expert (one all_sum per layer, like the dense MLP);
+    /// `ep` gives each rank whole experts and brings their outputs back with an all_to_all_v.
+    #[arg(long, value_enum, default_value_t = Moe::Tp)]
+    moe: Moe,
     /// CPU threads per rank for the matrix products and attention (default: every core this
     /// process may run on, or BOLTCCL_LLM_THREADS). With N ranks on one machine, give each
     /// rank its share of the cores.
@@ -161,7 +172,11 @@ fn run_rank(
 ) -> anyhow::Result<(GenOutput, RankStats)> {
     let t = Instant::now();
     let src = weights.as_ref();
-    let plan = ShardPlan::new(src.config(), comm.rank(), comm.size())?;
+    let split = match args.moe {
+        Moe::Tp => MoeSplit::Tp,
+        Moe::Ep => MoeSplit::Ep,
+    };
+    let plan = ShardPlan::with_moe(src.config(), comm.rank(), comm.size(), split)?;
     let mode = match args.weights {
         Weights::Q8 => WeightMode::Q8,
         Weights::Quant => WeightMode::Quant,

@@ -11,6 +11,9 @@
 //! - MLP features are split the same way, in units of down_proj's quantisation block (32, or
 //!   256 for a K-quant) when the width allows, so shards of block-quantised weights line up with
 //!   quantisation blocks.
+//! - Mixture-of-experts layers ([`MoeSplit`]): with `tp` every rank holds every expert's
+//!   slice of features (the `ffn` range above, of one expert's width); with `ep` each rank holds
+//!   whole experts, a contiguous range of them ([`ShardPlan::experts`]).
 //! - The output head's *computation* is split by vocabulary rows (the weights stay replicated):
 //!   each rank computes the logits of a contiguous slice and rank 0 gathers them. A rank gets an
 //!   empty slice when the vocabulary is smaller than the world.
@@ -33,6 +36,18 @@ pub fn split_range(n: usize, parts: usize, idx: usize) -> Range<usize> {
     start..start + len
 }
 
+/// How a mixture-of-experts layer is split across ranks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MoeSplit {
+    /// Tensor-parallel experts: every rank holds a column slice of every expert (like the
+    /// dense MLP) and the layer ends with one all_sum of the residual width per token.
+    #[default]
+    Tp,
+    /// Expert-parallel: each rank holds `experts / ranks` whole experts; the chosen experts'
+    /// outputs come back to every rank by an all_to_all_v.
+    Ep,
+}
+
 /// The slice of the model one rank computes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardPlan {
@@ -50,12 +65,36 @@ pub struct ShardPlan {
     /// Vocabulary entries whose logits this rank computes (global row indices of the output
     /// head, which every rank holds in full).
     pub vocab: Range<usize>,
+    /// How mixture-of-experts layers are split (unused by dense models).
+    pub moe: MoeSplit,
+    /// Experts this rank holds (global indices): all of them (each sliced to `ffn`) with
+    /// [`MoeSplit::Tp`], a contiguous share of whole experts with [`MoeSplit::Ep`], none for a
+    /// dense model.
+    pub experts: Range<usize>,
 }
 
 impl ShardPlan {
-    /// Plans rank `rank` of `size` for `cfg`.
+    /// Plans rank `rank` of `size` for `cfg`, splitting experts (if any) the default way.
     pub fn new(cfg: &ModelConfig, rank: usize, size: usize) -> anyhow::Result<Self> {
+        Self::with_moe(cfg, rank, size, MoeSplit::default())
+    }
+
+    /// Plans rank `rank` of `size` for `cfg`, splitting experts as `moe` says.
+    pub fn with_moe(cfg: &ModelConfig, rank: usize, size: usize, moe: MoeSplit) -> anyhow::Result<Self> {
         ensure!(size > 0 && rank < size, "rank {rank} out of world size {size}");
+        let experts = match (cfg.moe, moe) {
+            (None, _) => 0..0,
+            (Some(m), MoeSplit::Tp) => 0..m.experts,
+            (Some(m), MoeSplit::Ep) => {
+                // A rank without experts would idle through every MLP: refuse instead.
+                ensure!(
+                    size <= m.experts,
+                    "expert parallelism over {size} ranks needs at least {size} experts, the model has {}",
+                    m.experts
+                );
+                split_range(m.experts, size, rank)
+            }
+        };
         // More ranks than features would leave some rank with nothing to do at all; refuse with
         // a clear message rather than run an idle rank.
         ensure!(
@@ -72,7 +111,7 @@ impl ShardPlan {
         let u = split_range(cfg.intermediate_size / unit, size, rank);
         let ffn = u.start * unit..u.end * unit;
         let vocab = split_range(cfg.vocab_size, size, rank);
-        Ok(Self { rank, size, q_heads, kv_heads, ffn, vocab })
+        Ok(Self { rank, size, q_heads, kv_heads, ffn, vocab, moe, experts })
     }
 
     /// The local KV head (index into `kv_heads`) that local query head `q` (index into

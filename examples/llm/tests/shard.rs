@@ -24,6 +24,7 @@ fn smollm2() -> ModelConfig {
         tie_embeddings: true,
         qkv_bias: false,
         qk_norm: false,
+        moe: None,
     }
 }
 

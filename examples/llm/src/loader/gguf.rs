@@ -1,4 +1,4 @@
-//! GGUF (version 2/3) reader for the `llama`, `qwen2` and `qwen3` architectures: metadata, tensor directory, and
+//! GGUF (version 2/3) reader for the `llama`, `qwen2`, `qwen3` and `qwen3moe` architectures: metadata, tensor directory, and
 //! tensor data in F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K
 //! (see [`crate::quant`]).
 
@@ -11,7 +11,7 @@ use anyhow::{bail, ensure, Context};
 use memmap2::Mmap;
 
 use super::{names, Tensor, WeightSource};
-use crate::config::{ModelConfig, RopeStyle};
+use crate::config::{ModelConfig, MoeConfig, RopeStyle};
 use crate::quant::{dequantize, GgmlType, QuantRows};
 use crate::tokenizer::{PreTokenizer, Tokenizer};
 
@@ -187,6 +187,12 @@ pub fn gguf_name(hf: &str) -> Option<String> {
         "mlp.gate_proj.weight" => "ffn_gate.weight",
         "mlp.up_proj.weight" => "ffn_up.weight",
         "mlp.down_proj.weight" => "ffn_down.weight",
+        // Qwen3-MoE: the router, and the experts stacked in 3-D tensors ([expert][row][col]),
+        // which the row accessors treat as `experts * rows` rows.
+        names::ROUTER => "ffn_gate_inp.weight",
+        names::EXPERTS_GATE => "ffn_gate_exps.weight",
+        names::EXPERTS_UP => "ffn_up_exps.weight",
+        names::EXPERTS_DOWN => "ffn_down_exps.weight",
         _ => return None,
     };
     Some(format!("blk.{idx}.{mapped}"))
@@ -341,7 +347,7 @@ impl GgufModel {
 }
 
 /// The `general.architecture` values the loader runs.
-pub const SUPPORTED_ARCHS: [&str; 3] = ["llama", "qwen2", "qwen3"];
+pub const SUPPORTED_ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "qwen3moe"];
 
 /// llama.cpp's tensor of Llama 3 RoPE frequency factors.
 const ROPE_FREQS: &str = "rope_freqs.weight";
@@ -359,7 +365,15 @@ fn config_from_metadata(
         "llama" => RopeStyle::Interleaved,
         // Unpermuted Hugging Face rows: rotate-half (llama.cpp's NEOX rope type). Qwen2 adds
         // q/k/v biases, Qwen3 per-head q/k RMSNorms: both found by their tensors below.
-        "qwen2" | "qwen3" => RopeStyle::NeoX,
+        "qwen2" | "qwen3" | "qwen3moe" => RopeStyle::NeoX,
+        // Mixture-of-experts families whose routing differs from Qwen3-MoE's (shared experts,
+        // sigmoid gating, expert groups...): named, so the refusal says what is missing.
+        "qwen2moe" | "qwen3next" | "qwen3vlmoe" | "mixtral" | "deepseek2" | "olmoe" | "granitemoe" | "llama4"
+        | "gpt-oss" | "dbrx" | "grok" | "arctic" | "bailingmoe" | "dots1" | "ernie4_5-moe" | "hunyuan-moe" => bail!(
+            "GGUF architecture {arch:?} (a mixture of experts) is not supported: of the MoE families only \
+             qwen3moe is (supported: {})",
+            SUPPORTED_ARCHS.join(", ")
+        ),
         _ => bail!("GGUF architecture {arch:?} unsupported (supported: {})", SUPPORTED_ARCHS.join(", ")),
     };
     let get = |k: &str| md.get(&format!("{arch}.{k}"));
@@ -391,10 +405,28 @@ fn config_from_metadata(
             ensure!(n == head_dim, "{arch}.{k} = {n} differs from the head width {head_dim}: not supported");
         }
     }
+    let moe = moe_config(arch, md, tensors)?;
+    // An expert's width: llama.cpp's `expert_feed_forward_length` for Qwen3-MoE.
+    let ffn = if moe.is_some() { req("expert_feed_forward_length")? } else { req("feed_forward_length")? };
+    if let Some(m) = moe {
+        // The loader reads one expert's rows at `expert * rows`: the stacks must be the shape
+        // the metadata says.
+        for (suffix, want) in
+            [("gate", [m.experts, ffn, hidden]), ("up", [m.experts, ffn, hidden]), ("down", [m.experts, hidden, ffn])]
+        {
+            for (name, t) in tensors.iter().filter(|(n, _)| n.ends_with(&format!("ffn_{suffix}_exps.weight"))) {
+                ensure!(t.shape == want, "{name}: shape {:?}, expected {want:?} (experts, rows, columns)", t.shape);
+            }
+        }
+        let router = tensors.iter().filter(|(n, _)| n.ends_with("ffn_gate_inp.weight"));
+        for (name, t) in router {
+            ensure!(t.shape == [m.experts, hidden], "{name}: shape {:?}, expected [{}, {hidden}]", t.shape, m.experts);
+        }
+    }
     let cfg = ModelConfig {
         vocab_size: vocab,
         hidden_size: hidden,
-        intermediate_size: req("feed_forward_length")?,
+        intermediate_size: ffn,
         num_layers: req("block_count")?,
         num_heads: heads,
         num_kv_heads: kv_heads,
@@ -408,10 +440,46 @@ fn config_from_metadata(
         qkv_bias: tensors.contains_key("blk.0.attn_q.bias"),
         qk_norm: tensors.contains_key("blk.0.attn_q_norm.weight"),
         o_proj_block: shard_block(tensors, "attn_output.weight"),
-        down_proj_block: shard_block(tensors, "ffn_down.weight"),
+        down_proj_block: shard_block(tensors, "ffn_down.weight").max(shard_block(tensors, "ffn_down_exps.weight")),
+        moe,
     };
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// The experts of a `qwen3moe` file (`None` for the dense families). Refuses what llama.cpp's
+/// Qwen3-MoE graph does not run either: shared experts, and a dense family with expert
+/// tensors or an expert count (e.g. Mixtral, stored as `llama`).
+fn moe_config(
+    arch: &str,
+    md: &HashMap<String, Value>,
+    tensors: &HashMap<String, TensorInfo>,
+) -> anyhow::Result<Option<MoeConfig>> {
+    let get = |k: &str| md.get(&format!("{arch}.{k}")).and_then(Value::as_usize);
+    let has_experts = tensors.keys().any(|n| n.contains("_exps.") || n.contains("ffn_gate_inp"));
+    if arch != "qwen3moe" {
+        ensure!(
+            !has_experts && get("expert_count").unwrap_or(0) == 0,
+            "GGUF architecture {arch:?} with experts (a mixture of experts, e.g. Mixtral) is not supported: \
+             of the MoE families only qwen3moe is"
+        );
+        return Ok(None);
+    }
+    let experts = get("expert_count").context("missing/invalid qwen3moe.expert_count")?;
+    let used = get("expert_used_count").context("missing/invalid qwen3moe.expert_used_count")?;
+    ensure!(experts > 0, "qwen3moe.expert_count is 0");
+    ensure!(
+        get("expert_shared_count").unwrap_or(0) == 0 && !tensors.keys().any(|n| n.contains("shexp")),
+        "qwen3moe with shared experts is not supported (Qwen3-MoE has none)"
+    );
+    for (name, t) in tensors.iter().filter(|(n, _)| n.contains("_exps.")) {
+        ensure!(
+            t.shape.len() == 3 && t.shape[0] == experts,
+            "{name}: shape {:?} is not {experts} stacked experts",
+            t.shape
+        );
+    }
+    Ok(Some(MoeConfig { experts, used }))
 }
 
 /// What divides each RoPE frequency, as llama.cpp computes the angle: `pos * theta^(-2i/d)`
@@ -437,6 +505,15 @@ fn shard_block(tensors: &HashMap<String, TensorInfo>, suffix: &str) -> usize {
     blocks.map(|(_, t)| t.ty.block_elems()).fold(crate::quant::QK, usize::max)
 }
 
+/// A 2-D tensor as (rows, columns), or a 3-D stack of experts as `experts * rows` rows.
+fn matrix_shape(t: &TensorInfo) -> Option<(usize, usize)> {
+    match t.shape[..] {
+        [r, c] => Some((r, c)),
+        [e, r, c] => Some((e * r, c)),
+        _ => None,
+    }
+}
+
 impl WeightSource for GgufModel {
     fn config(&self) -> &ModelConfig {
         &self.config
@@ -453,9 +530,9 @@ impl WeightSource for GgufModel {
     }
     fn tensor_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Tensor> {
         let (t, g) = self.info(name)?;
-        ensure!(t.shape.len() == 2, "{g}: row slice of a {}-D tensor", t.shape.len());
-        ensure!(r.end <= t.shape[0], "{g}: rows {r:?} out of {}", t.shape[0]);
-        let cols = t.shape[1];
+        let (nrows, cols) =
+            matrix_shape(t).with_context(|| format!("{g}: row slice of a {}-D tensor", t.shape.len()))?;
+        ensure!(r.end <= nrows, "{g}: rows {r:?} out of {nrows}");
         // Rows are stored contiguously and whole blocks never straddle rows.
         let row_bytes = t.ty.bytes_for(cols)?;
         let src = &self.bytes(t)[r.start * row_bytes..];
@@ -465,12 +542,14 @@ impl WeightSource for GgufModel {
     }
     fn quant_rows(&self, name: &str, r: Range<usize>) -> anyhow::Result<Option<QuantRows>> {
         let (t, g) = self.info(name)?;
-        if t.shape.len() != 2 || !t.ty.is_block_quantized() {
+        let Some((nrows, cols)) = matrix_shape(t).filter(|_| t.ty.is_block_quantized()) else {
             return Ok(None);
-        }
-        ensure!(r.end <= t.shape[0], "{g}: rows {r:?} out of {}", t.shape[0]);
-        let row_bytes = t.ty.bytes_for(t.shape[1])?;
+        };
+        ensure!(r.end <= nrows, "{g}: rows {r:?} out of {nrows}");
+        let row_bytes = t.ty.bytes_for(cols)?;
+        // Only these rows' bytes are copied out of the mapping: a rank reads its own shard
+        // (its experts, or its columns of each) and no more.
         let src = &self.bytes(t)[r.start * row_bytes..r.end * row_bytes];
-        Ok(Some(QuantRows::new(t.ty, t.shape[1], src.to_vec())?))
+        Ok(Some(QuantRows::new(t.ty, cols, src.to_vec())?))
     }
 }

@@ -107,6 +107,15 @@ pub mod names {
     /// Output head (absent when tied).
     pub const LM_HEAD: &str = "lm_head.weight";
 
+    /// Qwen3-MoE router (`[experts, hidden]`), as a layer suffix.
+    pub const ROUTER: &str = "mlp.gate.weight";
+    /// Qwen3-MoE experts' gate projections, stacked: `[experts, expert_ffn, hidden]`.
+    pub const EXPERTS_GATE: &str = "mlp.experts.gate_proj.weight";
+    /// The experts' up projections, stacked like [`EXPERTS_GATE`].
+    pub const EXPERTS_UP: &str = "mlp.experts.up_proj.weight";
+    /// The experts' down projections, stacked: `[experts, hidden, expert_ffn]`.
+    pub const EXPERTS_DOWN: &str = "mlp.experts.down_proj.weight";
+
     /// `model.layers.{i}.{suffix}`.
     pub fn layer(i: usize, suffix: &str) -> String {
         format!("model.layers.{i}.{suffix}")

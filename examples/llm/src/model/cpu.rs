@@ -16,7 +16,7 @@ use crate::quant::Q8Act;
 pub(super) struct Scratch {
     /// Residual stream, `t x hidden`: the pass's result.
     pub(super) x: Vec<f32>,
-    xn: Vec<f32>,
+    pub(super) xn: Vec<f32>,
     /// q, k and v of all tokens, one after the other.
     qkv: Vec<f32>,
     att: Vec<f32>,
@@ -47,13 +47,13 @@ pub(super) struct HeadScratch {
 }
 
 /// `v` as `n` values (growing it once; stale contents are overwritten by the caller).
-fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+pub(super) fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     v.resize(n, 0.0);
     &mut v[..n]
 }
 
 /// `q` holding `x` quantised when any of `mats` takes Q8 inputs, else `None`.
-fn quantized_for<'a>(mats: &[&Mat], x: &[f32], q: &'a mut Q8Act) -> Option<&'a Q8Act> {
+pub(super) fn quantized_for<'a>(mats: &[&Mat], x: &[f32], q: &'a mut Q8Act) -> Option<&'a Q8Act> {
     if mats.iter().any(|m| m.uses_q8()) {
         q.quantize(x);
         Some(q)
@@ -110,6 +110,10 @@ impl Model {
         for (li, l) in self.layers.iter().enumerate() {
             self.attention(l, pos0, t, s, &mut k[li], &mut v[li])?;
             add_all_sum(s, l.o_exact, comm).with_context(|| format!("all_sum after attention, layer {li}"))?;
+            if let Some(m) = &l.moe {
+                self.moe(l, m, t, s, comm).with_context(|| format!("experts of layer {li}"))?;
+                continue;
+            }
             self.mlp(l, t, s)?;
             add_all_sum(s, l.down_exact, comm).with_context(|| format!("all_sum after MLP, layer {li}"))?;
         }

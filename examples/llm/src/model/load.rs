@@ -4,11 +4,12 @@ use std::ops::Range;
 
 use anyhow::{ensure, Context};
 
+use super::moe::{Expert, MoeLayer};
 use super::{Layer, Model};
 use crate::loader::{names, WeightSource};
 use crate::ops::Mat;
 use crate::quant::{Packer, QuantRows, QK};
-use crate::shard::{exact_head_unit, ShardPlan};
+use crate::shard::{exact_head_unit, MoeSplit, ShardPlan};
 
 /// How block-quantised GGUF weights (Q8_0, Q4_0, Q4_1) are held and multiplied on the CPU.
 /// Float checkpoints (safetensors, F16/F32 GGUF tensors) are f32 in every mode.
@@ -119,6 +120,69 @@ fn cols(
     Ok(Mat::new(nrows, c.len(), s.data))
 }
 
+/// Rows `r` of a (stacked) weight, columns `c` of them: one expert's down projection, or this
+/// rank's slice of it. Quantised when the slice keeps whole blocks, like [`cols`]; the products
+/// sum the ranks' f32 partials (no exact units: the experts' outputs are weighted before the
+/// all_sum).
+fn expert_cols(
+    src: &dyn WeightSource,
+    name: &str,
+    r: Range<usize>,
+    c: Range<usize>,
+    opts: LoadOptions,
+) -> anyhow::Result<Mat> {
+    if c.is_empty() {
+        return Ok(Mat::new(r.len(), 0, Vec::new()));
+    }
+    if opts.weights != WeightMode::F32 {
+        if let Some(q) = src.quant_rows(name, r.clone())? {
+            if let Some(s) = q.slice_cols(c.clone()) {
+                return Ok(quantized(s, opts, true));
+            }
+        }
+    }
+    let t = src.tensor_rows(name, r.clone())?;
+    ensure!(c.end <= t.cols(), "{name}: columns {c:?} out of {}", t.cols());
+    Ok(Mat::new(r.len(), c.len(), t.slice_cols(c).data))
+}
+
+/// Layer `i`'s router and this rank's experts ([`ShardPlan::experts`]): each expert's slice
+/// of features `plan.ffn` with [`MoeSplit::Tp`], whole experts with [`MoeSplit::Ep`]. Only
+/// those rows of the stacked tensors are read from the file.
+fn moe_layer(
+    src: &dyn WeightSource,
+    plan: &ShardPlan,
+    i: usize,
+    opts: LoadOptions,
+    put: &mut dyn FnMut(Mat) -> anyhow::Result<Mat>,
+) -> anyhow::Result<MoeLayer> {
+    let cfg = src.config();
+    let mc = cfg.moe.context("experts in a dense model")?;
+    let (h, f) = (cfg.hidden_size, cfg.intermediate_size);
+    let n = |s: &str| names::layer(i, s);
+    // llama.cpp multiplies the router in f32; so does this.
+    let f32_opts = LoadOptions { weights: WeightMode::F32 };
+    let router = rows(src, &n(names::ROUTER), 0..mc.experts, h, f32_opts).context("expert router")?;
+    let c = match plan.moe {
+        MoeSplit::Tp => plan.ffn.clone(),
+        MoeSplit::Ep => 0..f,
+    };
+    let mut experts = Vec::with_capacity(plan.experts.len());
+    for e in plan.experts.clone() {
+        let r = e * f + c.start..e * f + c.end;
+        let mut expert = || -> anyhow::Result<Expert> {
+            Ok(Expert {
+                index: e,
+                gate: put(rows(src, &n(names::EXPERTS_GATE), r.clone(), h, opts)?)?,
+                up: put(rows(src, &n(names::EXPERTS_UP), r.clone(), h, opts)?)?,
+                down: put(expert_cols(src, &n(names::EXPERTS_DOWN), e * h..(e + 1) * h, c.clone(), opts)?)?,
+            })
+        };
+        experts.push(expert().with_context(|| format!("layer {i}, expert {e}"))?);
+    }
+    Ok(MoeLayer { router, experts })
+}
+
 impl Model {
     /// Loads the shard described by `plan` from `src`, with the default [`LoadOptions`].
     ///
@@ -157,10 +221,24 @@ impl Model {
         // The exact unit, and every shard, must also be whole blocks of down_proj's encoding.
         let down_exact = q8 && plan.ffn_in_units_of(&cfg, crate::shard::lcm(DOWN_UNIT, cfg.down_proj_block));
         let mut layers = Vec::with_capacity(cfg.num_layers);
+        let dense = cfg.moe.is_none();
         for i in 0..cfg.num_layers {
             let n = |s: &str| names::layer(i, s);
             let o_exact = o_exact && block_quantized(src, &n("self_attn.o_proj.weight"))?;
-            let down_exact = down_exact && block_quantized(src, &n("mlp.down_proj.weight"))?;
+            let down_exact = dense && down_exact && block_quantized(src, &n("mlp.down_proj.weight"))?;
+            // A mixture-of-experts layer has no dense MLP: its matrices stay empty.
+            let (w_gate, w_up, w_down, moe) = if dense {
+                let ffn = plan.ffn.clone();
+                (
+                    put(rows(src, &n("mlp.gate_proj.weight"), ffn.clone(), h, opts)?)?,
+                    put(rows(src, &n("mlp.up_proj.weight"), ffn.clone(), h, opts)?)?,
+                    put(cols(src, &n("mlp.down_proj.weight"), ffn, h, down_exact.then_some(DOWN_UNIT), opts)?)?,
+                    None,
+                )
+            } else {
+                let m = moe_layer(src, &plan, i, opts, &mut put)?;
+                (Mat::new(0, h, Vec::new()), Mat::new(0, h, Vec::new()), Mat::new(h, 0, Vec::new()), Some(m))
+            };
             let layer = Layer {
                 attn_norm: vector(src, &n("input_layernorm.weight"), h)?,
                 wq: put(rows(src, &n("self_attn.q_proj.weight"), q_rows.clone(), h, opts)?)?,
@@ -180,18 +258,12 @@ impl Model {
                     opts,
                 )?)?,
                 ffn_norm: vector(src, &n("post_attention_layernorm.weight"), h)?,
-                w_gate: put(rows(src, &n("mlp.gate_proj.weight"), plan.ffn.clone(), h, opts)?)?,
-                w_up: put(rows(src, &n("mlp.up_proj.weight"), plan.ffn.clone(), h, opts)?)?,
-                w_down: put(cols(
-                    src,
-                    &n("mlp.down_proj.weight"),
-                    plan.ffn.clone(),
-                    h,
-                    down_exact.then_some(DOWN_UNIT),
-                    opts,
-                )?)?,
+                w_gate,
+                w_up,
+                w_down,
                 o_exact,
                 down_exact,
+                moe,
             };
             ensure!(cfg.qkv_bias == layer.bq.is_some(), "layer {i}: q/k/v bias presence does not match the config");
             ensure!(
@@ -226,6 +298,9 @@ impl Model {
             for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
                 all.extend(m.quant.as_mut());
             }
+            for m in l.moe.iter_mut().flat_map(|m| m.mats_mut()) {
+                all.extend(m.quant.as_mut());
+            }
         }
         all.extend(embed.quant.as_mut());
         all.extend(lm_head.as_mut().and_then(|m| m.quant.as_mut()));
@@ -249,6 +324,7 @@ impl Model {
                     + v(&l.bv)
                     + v(&l.q_norm)
                     + v(&l.k_norm)
+                    + l.moe.as_ref().map_or(0, |m| m.size_bytes())
             })
             .sum();
         layers + self.embed.size_bytes() + self.lm_head.as_ref().map_or(0, Mat::size_bytes) + 4 * self.final_norm.len()

@@ -1,7 +1,8 @@
 //! The tensor-parallel Llama/Qwen decoder. Activations are f32 on the CPU; the matrix
 //! products run on f32 or block-quantised weights, on the CPU or (feature `gpu`) the GPU.
 //!
-//! Per layer, on every rank:
+//! Per layer, on every rank (a mixture-of-experts MLP, Qwen3-MoE, ends differently: see
+//! `moe.rs`):
 //! `x += all_sum(o_proj_shard(attn(own heads)))`, then `x += all_sum(down_shard(swiglu(own
 //! features)))`. The residual stream `x`, the norms and RoPE are replicated; because all_sum
 //! returns identical bits on every rank, `x` stays identical everywhere.
@@ -15,6 +16,7 @@
 
 mod cpu;
 mod load;
+mod moe;
 
 use anyhow::{ensure, Context};
 
@@ -26,6 +28,7 @@ use crate::sample::{argmax_of, Best};
 use crate::shard::ShardPlan;
 
 pub use load::{LoadOptions, WeightMode};
+pub use moe::route;
 
 /// One decoder layer's shard.
 struct Layer {
@@ -53,6 +56,9 @@ struct Layer {
     /// rank, including one whose shard of o_proj is empty, calls the same collective.
     o_exact: bool,
     down_exact: bool,
+    /// Qwen3-MoE: the routed experts, in place of the dense MLP (whose matrices are then
+    /// empty).
+    moe: Option<moe::MoeLayer>,
 }
 
 /// Per-rank decoding state of one sequence: the KV cache (for each layer,
@@ -107,6 +113,10 @@ impl Model {
     /// Moves every weight matrix this rank multiplies with onto the GPU, as f16 when `f16`.
     #[cfg(feature = "gpu")]
     pub fn upload_to_gpu(&mut self, ctx: &std::sync::Arc<crate::gpu::GpuContext>, f16: bool) -> anyhow::Result<()> {
+        ensure!(
+            self.cfg.moe.is_none(),
+            "the GPU backend does not run mixture-of-experts models (qwen3moe): use the CPU"
+        );
         for l in &mut self.layers {
             for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo, &mut l.w_gate, &mut l.w_up, &mut l.w_down] {
                 m.upload(ctx, f16)?;

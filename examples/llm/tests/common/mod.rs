@@ -14,7 +14,7 @@ use boltccl_llm::loader::safetensors::{write_safetensors, StoreDtype};
 use boltccl_llm::loader::{self, Tensor, WeightSource};
 use boltccl_llm::model::{LoadOptions, Model};
 use boltccl_llm::sample::{Rng, Sampler};
-use boltccl_llm::shard::ShardPlan;
+use boltccl_llm::shard::{MoeSplit, ShardPlan};
 
 /// Shape and options of a synthetic model.
 #[derive(Debug, Clone)]
@@ -68,7 +68,7 @@ impl Spec {
     }
 }
 
-fn randn(rng: &mut Rng, n: usize, std: f32) -> Vec<f32> {
+pub fn randn(rng: &mut Rng, n: usize, std: f32) -> Vec<f32> {
     // Sum of uniforms: cheap, roughly Gaussian, deterministic.
     (0..n).map(|_| ((0..4).map(|_| rng.next_f32()).sum::<f32>() - 2.0) * std * 1.7).collect()
 }
@@ -168,13 +168,25 @@ pub fn run_tp(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize) -> Ge
 
 /// [`run_tp`] with explicit weight storage options.
 pub fn run_tp_with(src: &dyn WeightSource, tp: usize, prompt: &[u32], n: usize, opts: LoadOptions) -> GenOutput {
+    run_tp_split(src, tp, prompt, n, opts, MoeSplit::default())
+}
+
+/// [`run_tp_with`], splitting a mixture-of-experts model's experts as `split` says.
+pub fn run_tp_split(
+    src: &dyn WeightSource,
+    tp: usize,
+    prompt: &[u32],
+    n: usize,
+    opts: LoadOptions,
+    split: MoeSplit,
+) -> GenOutput {
     let world = boltccl::Group::local_world(tp);
     let outs: Vec<GenOutput> = std::thread::scope(|s| {
         let hs: Vec<_> = world
             .into_iter()
             .map(|c| {
                 s.spawn(move || {
-                    let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
+                    let plan = ShardPlan::with_moe(src.config(), c.rank(), c.size(), split).unwrap();
                     let model = Model::load_with(src, plan, opts).unwrap();
                     let opts =
                         GenOptions { max_tokens: n, stop_tokens: Vec::new(), record_logits: true, check_sync: true };
