@@ -15,13 +15,13 @@
 mod common;
 
 use boltccl_llm::loader;
-use boltccl_llm::loader::gguf::{gguf_name, GgufModel, Value};
+use boltccl_llm::loader::gguf::{gguf_name, Value};
 use boltccl_llm::model::{route, LoadOptions};
 use boltccl_llm::sample::Rng;
 use boltccl_llm::shard::MoeSplit;
 use common::gguf_writer::{self as gw, Meta, RawTensor};
-use common::{llama_python, randn, run_tp_split, smollm2_path, Spec};
-use std::path::{Path, PathBuf};
+use common::{llama_cpp_greedy, llama_python, randn, run_tp_split, smollm2_path, tokenizer_meta, Spec};
+use std::path::PathBuf;
 
 /// Greedy tokens compared.
 const STEPS: usize = 8;
@@ -60,15 +60,6 @@ fn spec(seed: u64) -> Spec {
         rope: boltccl_llm::config::RopeStyle::NeoX, // unused: the GGUF loader decides
         seed,
     }
-}
-
-/// The tokenizer keys of the SmolLM2 file, sorted.
-fn tokenizer_meta(smollm2: &Path) -> Vec<(String, Value)> {
-    let src = GgufModel::open(smollm2).unwrap();
-    let mut t: Vec<(String, Value)> =
-        src.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")).map(|(k, v)| (k.clone(), v.clone())).collect();
-    t.sort_by(|a, b| a.0.cmp(&b.0));
-    t
 }
 
 /// Writes the synthetic qwen3moe GGUF: Qwen3's attention tensors from the shared generator,
@@ -129,30 +120,6 @@ fn write_gguf(s: &Spec, quant: u32, tokenizer: &[(String, Value)], tag: &str) ->
     path
 }
 
-/// llama.cpp's greedy tokens and the logits of the first [`KEEP`] positions.
-fn llama_cpp(py: &Path, model: &Path) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let dump = model.with_extension("logits.f32");
-    let ids: Vec<String> = PROMPT.iter().map(u32::to_string).collect();
-    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/llama_cpp_logits.py");
-    let out = std::process::Command::new(py)
-        .arg(&tool)
-        .arg(model)
-        .arg(ids.join(","))
-        .args([STEPS.to_string(), KEEP.to_string()])
-        .arg(&dump)
-        .arg("f32-kv")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "llama.cpp failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    let tokens = json["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
-    let vocab = json["vocab"].as_u64().unwrap() as usize;
-    let bytes = std::fs::read(&dump).unwrap();
-    let values: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
-    (tokens, values.chunks(vocab).map(<[f32]>::to_vec).collect())
-}
-
 /// Writes the file, runs llama.cpp and ours at TP = 1, 2 and 3 with both splits, compares.
 fn check(quant: u32, seed: u64, tag: &str, tolerance: f32) {
     let Some(smollm2) = smollm2_path() else { return };
@@ -162,7 +129,7 @@ fn check(quant: u32, seed: u64, tag: &str, tolerance: f32) {
     let src = ck.weights.as_ref();
     let opts = LoadOptions::default();
     let ours = run_tp_split(src, 1, &PROMPT, STEPS, opts, MoeSplit::Tp);
-    let (theirs, rows) = llama_cpp(&py, &path);
+    let (theirs, rows) = llama_cpp_greedy(&py, &path, &PROMPT, STEPS, KEEP);
     eprintln!("{tag}: boltccl-llm {:?}, llama.cpp {theirs:?}", ours.tokens);
     assert_eq!(rows.len(), KEEP);
     for (step, (a, b)) in ours.logits.iter().zip(&rows).enumerate() {

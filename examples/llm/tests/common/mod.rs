@@ -347,3 +347,44 @@ pub fn llama_python() -> Option<PathBuf> {
     ));
     None
 }
+
+/// The tokenizer keys of a GGUF file (SmolLM2's, for the synthetic files llama.cpp must load),
+/// sorted by name.
+pub fn tokenizer_meta(gguf: &Path) -> Vec<(String, boltccl_llm::loader::gguf::Value)> {
+    let src = boltccl_llm::loader::gguf::GgufModel::open(gguf).unwrap();
+    let mut t: Vec<_> =
+        src.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")).map(|(k, v)| (k.clone(), v.clone())).collect();
+    t.sort_by(|a, b| a.0.cmp(&b.0));
+    t
+}
+
+/// llama.cpp's run on `model` (`tools/llama_cpp_logits.py`, f32 KV cache): its `steps` greedy
+/// tokens after `prompt` and the logits that chose the first `keep` of them.
+pub fn llama_cpp_greedy(
+    py: &Path,
+    model: &Path,
+    prompt: &[u32],
+    steps: usize,
+    keep: usize,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let dump = model.with_extension("logits.f32");
+    let ids: Vec<String> = prompt.iter().map(u32::to_string).collect();
+    let tool = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/llama_cpp_logits.py");
+    let out = std::process::Command::new(py)
+        .arg(&tool)
+        .arg(model)
+        .arg(ids.join(","))
+        .args([steps.to_string(), keep.to_string()])
+        .arg(&dump)
+        .arg("f32-kv")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "llama.cpp failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    let tokens = json["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let vocab = json["vocab"].as_u64().unwrap() as usize;
+    let bytes = std::fs::read(&dump).unwrap();
+    let values: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    (tokens, values.chunks(vocab).map(<[f32]>::to_vec).collect())
+}
