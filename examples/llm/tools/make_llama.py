@@ -17,27 +17,17 @@ Needs gguf-py and numpy in this python (target/frameworks-venv has both).
 """
 import argparse
 import math
-import os
-import subprocess
 import sys
 
 import gguf
 import numpy as np
+from synthetic import copy_tokenizer, quantize_and_remove, write_tensors
 
 SHAPES = {
     "1b": dict(layers=16, hidden=2048, heads=32, kv_heads=8, head_dim=64, ffn=8192, tied=True),
     "8b": dict(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, tied=False),
 }
 VOCAB = 128256
-
-QUANTIZE = """
-import sys, llama_cpp
-p = llama_cpp.llama_model_quantize_default_params()
-p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
-p.nthread = int(sys.argv[3])
-sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))
-"""
-
 
 def rope_freqs(head_dim, base=500000.0, factor=32.0, low=1.0, high=4.0, original=8192):
     """Llama 3.1's frequency divisors (one per rotated pair), as its converter writes them."""
@@ -52,26 +42,6 @@ def rope_freqs(head_dim, base=500000.0, factor=32.0, low=1.0, high=4.0, original
             smooth = (original / wavelen - low) / (high - low)
             out.append(1.0 / ((1 - smooth) / factor + smooth))
     return np.array(out, dtype=np.float32)
-
-
-def copy_tokenizer(w, src):
-    """SmolLM2's tokenizer keys, its vocabulary padded with control tokens to VOCAB."""
-    for k, f in src.fields.items():
-        if not k.startswith("tokenizer.") or k == "tokenizer.chat_template":
-            continue
-        t, v = gguf.GGUFValueType(f.types[0]), f.contents()
-        if k == "tokenizer.ggml.tokens":
-            v = v + [f"<|reserved_special_token_{i}|>" for i in range(VOCAB - len(v))]
-        elif k == "tokenizer.ggml.token_type":
-            v = v + [3] * (VOCAB - len(v))
-        if t == gguf.GGUFValueType.ARRAY:
-            w.add_array(k, v)
-        elif t == gguf.GGUFValueType.STRING:
-            w.add_string(k, v)
-        elif t == gguf.GGUFValueType.BOOL:
-            w.add_bool(k, v)
-        else:
-            w.add_uint32(k, v)
 
 
 def main():
@@ -98,7 +68,7 @@ def main():
     w.add_rope_freq_base(500000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(VOCAB)
-    copy_tokenizer(w, gguf.GGUFReader(a.tokenizer))
+    copy_tokenizer(w, gguf.GGUFReader(a.tokenizer), pad_to=VOCAB)
     # (name, shape outermost first, fan-in; 0 for a norm, None for the embedding)
     specs = [("token_embd.weight", (VOCAB, h), None), ("output_norm.weight", (h,), 0), ("rope_freqs.weight", (hd // 2,), -1)]
     if not s["tied"]:
@@ -117,26 +87,9 @@ def main():
             (p + "ffn_down.weight", (h, f), f),
         ]
     # Norms and the frequency table stay f32 (as llama.cpp's converter writes them).
-    dtype = lambda fan: np.float32 if fan in (0, -1) else np.float16
-    for name, shape, fan in specs:
-        dt = np.dtype(dtype(fan))
-        w.add_tensor_info(name, shape, dt, int(np.prod(shape)) * dt.itemsize)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    rng = np.random.default_rng(a.seed)
-    for name, shape, fan in specs:
-        if fan == -1:
-            x = rope_freqs(hd)
-        elif fan == 0:
-            x = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
-        else:
-            std = 0.25 if fan is None else 1.0 / np.sqrt(fan)
-            x = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
-        w.write_tensor_data(x.astype(dtype(fan)))
-    w.close()
-    rc = subprocess.call([a.llama_py, "-c", QUANTIZE, f16_path, a.out, str(a.threads)])
-    os.remove(f16_path)
+    dtype = lambda name, fan: np.float32 if fan in (0, -1) else np.float16
+    write_tensors(w, specs, dtype, lambda name: rope_freqs(hd) if name == "rope_freqs.weight" else None, a.seed)
+    rc = quantize_and_remove(a.llama_py, f16_path, a.out, a.threads)
     sys.exit(rc)
 
 

@@ -12,21 +12,11 @@ Needs gguf-py and numpy in this python (e.g. target/frameworks-venv) and, for th
 quantisation, `--llama-py` (a python that imports llama_cpp, e.g. target/llama-venv).
 """
 import argparse
-import os
-import subprocess
 import sys
 
-import numpy as np
 import gguf
-
-QUANTIZE = """
-import sys, llama_cpp
-p = llama_cpp.llama_model_quantize_default_params()
-p.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
-p.nthread = int(sys.argv[3])
-rc = llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p)
-sys.exit(rc)
-"""
+import numpy as np
+from synthetic import copy_tokenizer, quantize_and_remove, write_tensors
 
 
 def main():
@@ -62,19 +52,7 @@ def main():
     w.add_value_length(a.head_dim)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1e6)
-    for k, f in tok.fields.items():
-        if not k.startswith("tokenizer.") or k == "tokenizer.chat_template":
-            continue
-        t = gguf.GGUFValueType(f.types[0])
-        v = f.contents()
-        if t == gguf.GGUFValueType.ARRAY:
-            w.add_array(k, v)
-        elif t == gguf.GGUFValueType.STRING:
-            w.add_string(k, v)
-        elif t == gguf.GGUFValueType.BOOL:
-            w.add_bool(k, v)
-        else:
-            w.add_uint32(k, v)
+    copy_tokenizer(w, tok)
     h, f, e, hd = a.hidden, a.expert_ffn, a.experts, a.head_dim
     # (name, shape outermost first, fan-in or None for a norm)
     specs = [("token_embd.weight", (vocab, h), None), ("output_norm.weight", (h,), 0), ("output.weight", (vocab, h), h)]
@@ -96,24 +74,8 @@ def main():
         ]
     # Norms and the router stay f32 (as llama.cpp's converter writes them); the rest F16.
     dtype = lambda name, fan: np.float32 if fan == 0 or "gate_inp" in name else np.float16
-    for name, shape, fan in specs:
-        dt = dtype(name, fan)
-        w.add_tensor_info(name, shape, np.dtype(dt), int(np.prod(shape)) * np.dtype(dt).itemsize)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    rng = np.random.default_rng(a.seed)
-    for name, shape, fan in specs:
-        if fan == 0:
-            x = 1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)
-        else:
-            std = 0.25 if fan is None else 1.0 / np.sqrt(fan)
-            x = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
-        w.write_tensor_data(x.astype(dtype(name, fan)))
-        print(name, shape, flush=True)
-    w.close()
-    rc = subprocess.call([a.llama_py, "-c", QUANTIZE, f16_path, a.out, str(a.threads)])
-    os.remove(f16_path)
+    write_tensors(w, specs, dtype, lambda name: None, a.seed)
+    rc = quantize_and_remove(a.llama_py, f16_path, a.out, a.threads)
     sys.exit(rc)
 
 
