@@ -78,22 +78,9 @@ const LLAMA3_TEMPLATE: &str = "{% set loop_messages = messages %}{% for message 
 /// A tiny llama GGUF with a byte-level vocabulary (the 256 byte tokens, no merges) plus Llama
 /// 3's control tokens, `tokenizer.ggml.pre = llama-bpe` and `template`.
 fn llama3_gguf(template: &str) -> std::path::PathBuf {
-    use boltccl_llm::loader::gguf::{gguf_name, Value};
-    use common::gguf_writer::{self as gw, Meta, RawTensor};
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
-    printable.extend(0xA1..=0xAC);
-    printable.extend(0xAE..=0xFF);
-    let mut n = 0;
-    let mut tokens: Vec<String> = (0..256u32)
-        .map(|b| {
-            if printable.contains(&b) {
-                char::from_u32(b).unwrap().to_string()
-            } else {
-                n += 1;
-                char::from_u32(255 + n).unwrap().to_string()
-            }
-        })
-        .collect();
+    use boltccl_llm::loader::gguf::Value;
+    use common::gguf_writer::{self as gw, Meta};
+    let mut tokens: Vec<String> = common::gpt2_byte_chars().iter().map(char::to_string).collect();
     let specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"];
     let mut types = vec![Value::I64(1); tokens.len()];
     tokens.extend(specials.iter().map(|s| s.to_string()));
@@ -110,18 +97,8 @@ fn llama3_gguf(template: &str) -> std::path::PathBuf {
         ("tokenizer.ggml.eos_token_id".to_string(), Meta::U32(257)),
         ("tokenizer.chat_template".to_string(), Meta::Str(template.into())),
     ]);
-    let raw: Vec<RawTensor> = tensors(&spec)
-        .into_iter()
-        .map(|(name, t)| RawTensor {
-            name: gguf_name(&name).unwrap(),
-            shape: t.shape,
-            ty: 0,
-            bytes: gw::f32s(&t.data).0,
-        })
-        .collect();
-    let meta: Vec<(&str, Meta)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     let path = common::temp_dir("llama3-cli").join("llama3.gguf");
-    std::fs::write(&path, gw::write(&meta, &raw)).unwrap();
+    gw::write_f32_model(&spec, &meta, &path);
     path
 }
 

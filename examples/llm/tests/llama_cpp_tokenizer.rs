@@ -18,11 +18,11 @@ mod common;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use boltccl_llm::loader::gguf::{gguf_name, GgufModel, Value};
+use boltccl_llm::loader::gguf::{GgufModel, Value};
 use boltccl_llm::serve::api::Message;
 use boltccl_llm::serve::chat::ChatTemplate;
 use boltccl_llm::tokenizer::{ChatFormat, PreTokenizer, Tokenizer};
-use common::gguf_writer::{self as gw, Meta, RawTensor};
+use common::gguf_writer::{self as gw, Meta};
 use common::{llama_python, Spec};
 
 /// Control tokens, after the learned vocabulary. The first two are BOS and EOS.
@@ -103,24 +103,6 @@ const TEXTS: [&str; 33] = [
     "",
 ];
 
-/// GPT-2's byte -> char table, written out independently of the crate's implementation.
-fn byte_chars() -> Vec<char> {
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
-    printable.extend(0xA1..=0xAC);
-    printable.extend(0xAE..=0xFF);
-    let mut n = 0;
-    (0..256u32)
-        .map(|b| {
-            if printable.contains(&b) {
-                char::from_u32(b).unwrap()
-            } else {
-                n += 1;
-                char::from_u32(255 + n).unwrap()
-            }
-        })
-        .collect()
-}
-
 /// A crude word split for training (not any tokenizer's): runs of letters, of digits, of
 /// other visible chars, each with one leading space, and runs of whitespace.
 fn training_words(text: &str) -> Vec<String> {
@@ -160,7 +142,7 @@ fn training_words(text: &str) -> Vec<String> {
 /// Learns `n` merges from [`CORPUS`] and [`TEXTS`]: each time the most frequent adjacent pair (ties: the
 /// smallest pair) becomes a token. Returns (vocabulary, merges, token types).
 fn learn_vocab(n: usize) -> (Vec<String>, Vec<String>, Vec<u32>) {
-    let table = byte_chars();
+    let table = common::gpt2_byte_chars();
     let mut freq: HashMap<Vec<String>, usize> = HashMap::new();
     // The test texts too, so that their words are made of merged pieces.
     for w in training_words(&format!("{CORPUS} {}", TEXTS.join(" "))) {
@@ -248,18 +230,8 @@ fn write_gguf(dir: &Path, tag: &str, pre: Option<&str>, tokenizer: &[(String, Me
     if let Some(p) = pre {
         meta.push(("tokenizer.ggml.pre".to_string(), Meta::Str(p.into())));
     }
-    let raw: Vec<RawTensor> = common::tensors(&s)
-        .into_iter()
-        .map(|(name, t)| RawTensor {
-            name: gguf_name(&name).unwrap(),
-            shape: t.shape,
-            ty: 0,
-            bytes: gw::f32s(&t.data).0,
-        })
-        .collect();
-    let meta: Vec<(&str, Meta)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     let path = dir.join(format!("{tag}-{}.gguf", pre.unwrap_or("none")));
-    std::fs::write(&path, gw::write(&meta, &raw)).unwrap();
+    gw::write_f32_model(&s, &meta, &path);
     path
 }
 

@@ -6,28 +6,10 @@ mod common;
 use boltccl_llm::loader;
 use boltccl_llm::tokenizer::{ChatFormat, PreTokenizer, StreamDecoder, Tokenizer};
 
-/// GPT-2's byte -> char table, written out independently of the crate's implementation.
-fn byte_chars() -> Vec<char> {
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
-    printable.extend(0xA1..=0xAC);
-    printable.extend(0xAE..=0xFF);
-    let mut n = 0;
-    (0..256u32)
-        .map(|b| {
-            if printable.contains(&b) {
-                char::from_u32(b).unwrap()
-            } else {
-                n += 1;
-                char::from_u32(255 + n).unwrap()
-            }
-        })
-        .collect()
-}
-
 const MERGES: [&str; 8] = ["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "1 2"];
 
 fn toy() -> Tokenizer {
-    let mut tokens: Vec<String> = byte_chars().iter().map(|c| c.to_string()).collect();
+    let mut tokens: Vec<String> = common::gpt2_byte_chars().iter().map(|c| c.to_string()).collect();
     for m in MERGES {
         tokens.push(m.replace(' ', ""));
     }

@@ -397,3 +397,18 @@ fn build_typed(s: &super::Spec, encode: &Encoder) -> (std::path::PathBuf, std::p
     let st = super::write_checkpoint(s, &dense, StoreDtype::F32);
     (path, st)
 }
+
+/// Writes `s`'s seeded weights, all f32, with `meta`, as the GGUF file `path`.
+pub fn write_f32_model(s: &super::Spec, meta: &[(String, Meta)], path: &std::path::Path) {
+    let raw: Vec<RawTensor> = super::tensors(s)
+        .into_iter()
+        .map(|(name, t)| RawTensor {
+            name: boltccl_llm::loader::gguf::gguf_name(&name).unwrap(),
+            shape: t.shape,
+            ty: 0,
+            bytes: f32s(&t.data).0,
+        })
+        .collect();
+    let meta: Vec<(&str, Meta)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    std::fs::write(path, write(&meta, &raw)).unwrap();
+}

@@ -388,3 +388,21 @@ pub fn llama_cpp_greedy(
     let values: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
     (tokens, values.chunks(vocab).map(<[f32]>::to_vec).collect())
 }
+
+/// GPT-2's byte -> char table, written out independently of the crate's implementation.
+pub fn gpt2_byte_chars() -> Vec<char> {
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
+    printable.extend(0xA1..=0xAC);
+    printable.extend(0xAE..=0xFF);
+    let mut n = 0;
+    (0..256u32)
+        .map(|b| {
+            if printable.contains(&b) {
+                char::from_u32(b).unwrap()
+            } else {
+                n += 1;
+                char::from_u32(255 + n).unwrap()
+            }
+        })
+        .collect()
+}
