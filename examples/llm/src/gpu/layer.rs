@@ -102,9 +102,9 @@ pub struct BatchBufs {
 }
 
 impl BatchBufs {
-    /// Buffers for batches of up to [`crate::GPU_PREFILL_BATCH`] tokens, fewer when a buffer would exceed
-    /// the device's limits (at least one: a long context with many heads can make the scores
-    /// scratch the limit).
+    /// Buffers for batches of up to [`crate::GPU_PREFILL_BATCH`] tokens, fewer when a buffer
+    /// would exceed the device's limits (a long context with many heads can make the scores
+    /// scratch the largest); an error when not even one token's buffers fit.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         ctx: &GpuContext,

@@ -93,13 +93,16 @@ fn matmul(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index)
     let row = wg.x + wg.y * p.grid_x;
     let t0 = wg.z * TT;
     let nt = min(TT, bt.t - t0);
+    // Tail rows past the batch read its last row (results dropped at the store): a loop of
+    // constant length, which compilers unroll, keeping `acc` in registers.
+    let last = bt.t - 1u;
     var acc: array<f32, 16>;
     if (row < p.rows) {
         let base = row * p.cols;
         for (var c = lid; c < p.cols; c += WG) {
             let wv = w[base + c];
-            for (var j = 0u; j < nt; j++) {
-                acc[j] += wv * x[(t0 + j) * p.cols + c];
+            for (var j = 0u; j < TT; j++) {
+                acc[j] += wv * x[min(t0 + j, last) * p.cols + c];
             }
         }
     }

@@ -179,8 +179,11 @@ fn reduce_store_tile(lid: u32, row: u32, t0: u32, nt: u32, acc: array<f32, 16>) 
 }
 
 // Nibble-block rows for a tile of input rows: each word of quants and its scale are decoded
-// once and used for all `nt` rows, each row's sum formed as in q4_row.
-fn q4_tile(row: u32, lid: u32, t0: u32, nt: u32, offset: f32, with_min: bool) -> array<f32, 16> {
+// once and used for all TT rows, each row's sum formed as in q4_row.
+fn q4_tile(row: u32, lid: u32, t0: u32, offset: f32, with_min: bool) -> array<f32, 16> {
+    // Tail rows past the batch read its last row (results dropped at the store): a loop of
+    // constant length, which compilers unroll, keeping `acc` in registers.
+    let last = bt.t - 1u;
     let nb = p.cols / 32u;
     let words = nb * 4u;
     var acc: array<f32, 16>;
@@ -198,8 +201,8 @@ fn q4_tile(row: u32, lid: u32, t0: u32, nt: u32, offset: f32, with_min: bool) ->
             lo[e] = f32(byte & 0xFu) - offset;
             hi[e] = f32(byte >> 4u) - offset;
         }
-        for (var j = 0u; j < nt; j++) {
-            let xr = (t0 + j) * p.cols + xb;
+        for (var j = 0u; j < TT; j++) {
+            let xr = min(t0 + j, last) * p.cols + xb;
             var s = 0.0;
             var sx = 0.0;
             for (var e = 0u; e < 4u; e++) {
@@ -224,7 +227,7 @@ fn matmul_q4_0(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     let nt = min(TT, bt.t - t0);
     var acc: array<f32, 16>;
     if (row < p.rows) {
-        acc = q4_tile(row, lid, t0, nt, 8.0, false);
+        acc = q4_tile(row, lid, t0, 8.0, false);
     }
     reduce_store_tile(lid, row, t0, nt, acc);
 }
@@ -236,7 +239,7 @@ fn matmul_q4_1(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     let nt = min(TT, bt.t - t0);
     var acc: array<f32, 16>;
     if (row < p.rows) {
-        acc = q4_tile(row, lid, t0, nt, 0.0, true);
+        acc = q4_tile(row, lid, t0, 0.0, true);
     }
     reduce_store_tile(lid, row, t0, nt, acc);
 }
@@ -246,6 +249,9 @@ fn matmul_q8_0(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     let row = wg.x + wg.y * p.grid_x;
     let t0 = wg.z * TT;
     let nt = min(TT, bt.t - t0);
+    // Tail rows past the batch read its last row (results dropped at the store): a loop of
+    // constant length, which compilers unroll, keeping `acc` in registers.
+    let last = bt.t - 1u;
     var acc: array<f32, 16>;
     if (row < p.rows) {
         let nb = p.cols / 32u;
@@ -258,8 +264,8 @@ fn matmul_q8_0(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
             for (var e = 0u; e < 4u; e++) {
                 v[e] = f32(i32(q << (24u - 8u * e)) >> 24u);
             }
-            for (var j = 0u; j < nt; j++) {
-                let xr = (t0 + j) * p.cols + xb;
+            for (var j = 0u; j < TT; j++) {
+                let xr = min(t0 + j, last) * p.cols + xb;
                 var s = 0.0;
                 for (var e = 0u; e < 4u; e++) {
                     s += v[e] * x[xr + e];
