@@ -6,6 +6,11 @@
 
 #![warn(missing_docs)]
 
+/// Largest GPU prefill batch, in tokens (`--gpu-prefill-batch`): enough to take a usual prompt
+/// in one or two round trips per layer segment, while the batch buffers (the attention scratch
+/// grows with batch x heads x context) stay small next to the weights.
+pub const GPU_PREFILL_BATCH: usize = 64;
+
 pub mod comm;
 pub mod config;
 pub mod generate;

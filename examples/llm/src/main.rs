@@ -69,6 +69,10 @@ struct Args {
     /// With --backend gpu: store weights as f16 on the GPU (half the memory and traffic).
     #[arg(long)]
     gpu_f16: bool,
+    /// With --backend gpu: most prompt tokens per prefill batch (capped by the GPU's buffer
+    /// limits); 1 prefills token by token through the decode kernels.
+    #[arg(long, default_value_t = boltccl_llm::GPU_PREFILL_BATCH)]
+    gpu_prefill_batch: usize,
     /// Sampling temperature; 0 = greedy.
     #[arg(long, default_value_t = 0.0)]
     temperature: f32,
@@ -188,6 +192,7 @@ fn run_rank(
     #[cfg(feature = "gpu")]
     if let Some(ctx) = gpu {
         model.upload_to_gpu(ctx, args.gpu_f16)?;
+        model.set_gpu_prefill_rows(args.gpu_prefill_batch);
     }
     #[cfg(not(feature = "gpu"))]
     let _ = gpu;

@@ -4,13 +4,19 @@
 //! to the GPU cache → attention → o_proj → read back the partial. MLP segment: upload x →
 //! RMSNorm → gate/up → SiLU·up → down → read back. The host adds the residual and runs the
 //! all_sum between segments, so the GPU never waits on the network.
+//!
+//! Prefill runs the same two segments on T tokens at once ([`GpuLayer::attention_batch`],
+//! [`GpuLayer::mlp_batch`]): still one submission and one read-back per segment, now of
+//! T x hidden values, with the matrix products in the batched `matmul*` kernels and every
+//! layer kernel taking T rows. The batch's buffers ([`BatchBufs`]) are shared by a rank's
+//! layers, which run one after another.
 
 use std::sync::{mpsc, Arc};
 
 use anyhow::{anyhow, ensure, Context};
 use wgpu::util::DeviceExt;
 
-use super::{GpuContext, GpuMat};
+use super::{batch_uniform, map_read, BatchProduct, GpuContext, GpuMat};
 
 /// WGSL of the per-layer kernels.
 pub const LAYER_WGSL: &str = include_str!("layer.wgsl");
@@ -66,6 +72,112 @@ pub struct LayerSpec<'a> {
     pub w_up: Arc<GpuMat>,
     /// See `w_gate`.
     pub w_down: Arc<GpuMat>,
+    /// The rank's prefill buffers, shared by its layers.
+    pub batch: Arc<BatchBufs>,
+}
+
+/// Working buffers of one rank's batched prefill, for up to [`BatchBufs::max_rows`] tokens,
+/// shared by all its layers. Activations are row-major `[T][n]`.
+pub struct BatchBufs {
+    max_rows: usize,
+    /// Residual rows in, normalised rows.
+    x: wgpu::Buffer,
+    xn: wgpu::Buffer,
+    /// q, k, v rows (`[T][heads][head_dim]`), the attention output, its scores scratch
+    /// (`[T][q heads][max_seq]`).
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    att: wgpu::Buffer,
+    scores: wgpu::Buffer,
+    /// gate and up rows, SiLU(gate) * up.
+    gate: wgpu::Buffer,
+    up: wgpu::Buffer,
+    act: wgpu::Buffer,
+    /// The segment's partial (o_proj or down_proj rows) and its host-readable copy.
+    out: wgpu::Buffer,
+    staging: wgpu::Buffer,
+    /// `[T, 0, 0, 0]` for the matmul kernels.
+    rows: wgpu::Buffer,
+}
+
+impl BatchBufs {
+    /// Buffers for batches of up to [`crate::GPU_PREFILL_BATCH`] tokens, fewer when a buffer
+    /// would exceed the device's limits (a long context with many heads can make the scores
+    /// scratch the largest); an error when not even one token's buffers fit.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ctx: &GpuContext,
+        hidden: usize,
+        head_dim: usize,
+        n_q: usize,
+        n_kv: usize,
+        ffn: usize,
+        max_seq: usize,
+    ) -> anyhow::Result<Self> {
+        let lim = ctx.limits();
+        let max_bytes = lim.max_storage_buffer_binding_size.min(lim.max_buffer_size);
+        // Bytes per token row of the widest buffer.
+        let row = 4 * [hidden, n_q * head_dim, n_kv * head_dim, ffn, n_q * max_seq].into_iter().max().unwrap_or(1);
+        let fit = usize::try_from(max_bytes / row.max(1) as u64).unwrap_or(usize::MAX);
+        ensure!(fit >= 1, "one token's prefill buffers ({row} bytes) exceed the GPU's buffer limit ({max_bytes})");
+        let max_rows = crate::GPU_PREFILL_BATCH.min(fit).min(lim.max_compute_workgroups_per_dimension as usize);
+        let d = &ctx.device;
+        use wgpu::BufferUsages as U;
+        let buf = |label, n: usize, usage| {
+            d.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: (max_rows * n.max(1) * 4) as u64,
+                usage,
+                mapped_at_creation: false,
+            })
+        };
+        let s = U::STORAGE;
+        Ok(Self {
+            max_rows,
+            x: buf("batch x", hidden, s | U::COPY_DST),
+            xn: buf("batch xn", hidden, s),
+            q: buf("batch q", n_q * head_dim, s | U::COPY_SRC),
+            k: buf("batch k", n_kv * head_dim, s | U::COPY_SRC),
+            v: buf("batch v", n_kv * head_dim, s | U::COPY_SRC),
+            att: buf("batch att", n_q * head_dim, s | U::COPY_DST),
+            scores: buf("batch scores", n_q * max_seq, s),
+            gate: buf("batch gate", ffn, s),
+            up: buf("batch up", ffn, s),
+            act: buf("batch act", ffn, s),
+            out: buf("batch out", hidden, s | U::COPY_SRC),
+            staging: buf("batch staging", hidden, U::MAP_READ | U::COPY_DST),
+            rows: batch_uniform(d, 0)?,
+        })
+    }
+
+    /// The most tokens one batch takes; longer prompts go in several.
+    pub fn max_rows(&self) -> usize {
+        self.max_rows
+    }
+}
+
+/// A layer's bind groups over the shared [`BatchBufs`].
+struct Batched {
+    bufs: Arc<BatchBufs>,
+    bg_norm_attn: wgpu::BindGroup,
+    bg_norm_ffn: wgpu::BindGroup,
+    bg_silu: wgpu::BindGroup,
+    gate: BatchProduct,
+    up: BatchProduct,
+    down: BatchProduct,
+    attn: Option<BatchedAttn>,
+}
+
+struct BatchedAttn {
+    bg_qprep: wgpu::BindGroup,
+    bg_kprep: wgpu::BindGroup,
+    bg_vprep: Option<wgpu::BindGroup>,
+    bg_attn: wgpu::BindGroup,
+    wq: BatchProduct,
+    wk: BatchProduct,
+    wv: BatchProduct,
+    wo: BatchProduct,
 }
 
 struct Attn {
@@ -108,6 +220,7 @@ pub struct GpuLayer {
     w_gate: Arc<GpuMat>,
     w_up: Arc<GpuMat>,
     w_down: Arc<GpuMat>,
+    batch: Batched,
 }
 
 /// Pipelines and layout for the layer kernels (built once per device).
@@ -245,6 +358,17 @@ impl GpuLayer {
         let nf = s.w_gate.rows;
         let p_silu = uni(Params { n: nf as u32, ..Default::default() }.bytes());
         let bg_silu = bind(&s.w_gate.y, &s.w_up.y, &dummy(), &s.w_down.x, &p_silu);
+        let bb = &s.batch;
+        let mut batch = Batched {
+            bufs: s.batch.clone(),
+            bg_norm_attn: bind(&bb.x, &an, &dummy(), &bb.xn, &p_norm),
+            bg_norm_ffn: bind(&bb.x, &fnw, &dummy(), &bb.xn, &p_norm),
+            bg_silu: bind(&bb.gate, &bb.up, &dummy(), &bb.act, &p_silu),
+            gate: s.w_gate.batch_bind(&bb.xn, &bb.gate, &bb.rows),
+            up: s.w_up.batch_bind(&bb.xn, &bb.up, &bb.rows),
+            down: s.w_down.batch_bind(&bb.act, &bb.out, &bb.rows),
+            attn: None,
+        };
         let hd = s.head_dim;
         let attn = match (s.wq, s.wk, s.wv, s.wo) {
             (Some(wq), Some(wk), Some(wv), Some(wo)) if s.n_q > 0 => {
@@ -265,11 +389,24 @@ impl GpuLayer {
                 let p_kprep = uni([0; 32]);
                 let p_vprep = uni(Params { n: hd as u32, flags: 1, eps: s.eps, ..Default::default() }.bytes());
                 let p_attn = uni([0; 32]);
-                let bg_qprep = bind(&wq.y, &buf_or("bq", s.bq), &buf_or("qn", s.q_norm), &inv("invq"), &p_qprep);
-                let bg_kprep = bind(&wk.y, &buf_or("bk", s.bk), &buf_or("kn", s.k_norm), &inv("invk"), &p_kprep);
-                let bg_vprep =
-                    s.bv.map(|bv| bind(&wv.y, &init("bv", bv, U::STORAGE), &dummy(), &dummy_rw(d), &p_vprep));
+                let (bq, qn, invq) = (buf_or("bq", s.bq), buf_or("qn", s.q_norm), inv("invq"));
+                let (bk, kn, invk) = (buf_or("bk", s.bk), buf_or("kn", s.k_norm), inv("invk"));
+                let bv = s.bv.map(|bv| init("bv", bv, U::STORAGE));
+                let bg_qprep = bind(&wq.y, &bq, &qn, &invq, &p_qprep);
+                let bg_kprep = bind(&wk.y, &bk, &kn, &invk, &p_kprep);
+                let bg_vprep = bv.as_ref().map(|bv| bind(&wv.y, bv, &dummy(), &dummy_rw(d), &p_vprep));
                 let bg_attn = bind(&scores, &kcache, &vcache, &att, &p_attn);
+                // The batch shares the cache and the uniforms (rewritten by every call).
+                batch.attn = Some(BatchedAttn {
+                    bg_qprep: bind(&bb.q, &bq, &qn, &invq, &p_qprep),
+                    bg_kprep: bind(&bb.k, &bk, &kn, &invk, &p_kprep),
+                    bg_vprep: bv.as_ref().map(|bv| bind(&bb.v, bv, &dummy(), &dummy_rw(d), &p_vprep)),
+                    bg_attn: bind(&bb.scores, &kcache, &vcache, &bb.att, &p_attn),
+                    wq: wq.batch_bind(&bb.xn, &bb.q, &bb.rows),
+                    wk: wk.batch_bind(&bb.xn, &bb.k, &bb.rows),
+                    wv: wv.batch_bind(&bb.xn, &bb.v, &bb.rows),
+                    wo: wo.batch_bind(&bb.att, &bb.out, &bb.rows),
+                });
                 Some(Attn {
                     wq,
                     wk,
@@ -311,6 +448,7 @@ impl GpuLayer {
             w_gate: s.w_gate,
             w_up: s.w_up,
             w_down: s.w_down,
+            batch,
         })
     }
 
@@ -391,14 +529,125 @@ impl GpuLayer {
         self.finish(enc, &self.w_down, out)
     }
 
+    /// The most tokens [`GpuLayer::attention_batch`] and [`GpuLayer::mlp_batch`] take at once.
+    pub fn max_batch(&self) -> usize {
+        self.batch.bufs.max_rows
+    }
+
+    /// The rows of a batch `x` (`[t][hidden]`), checked against `out` and the buffers.
+    fn batch_rows(&self, x: &[f32], out: &[f32]) -> anyhow::Result<usize> {
+        let h = self.hidden;
+        let t = x.len() / h;
+        ensure!(t > 0 && x.len() == t * h, "batch of {} values is not whole rows of {h}", x.len());
+        ensure!(out.len() == x.len(), "batch output holds {} values, not {}", out.len(), x.len());
+        ensure!(t <= self.max_batch(), "batch of {t} tokens over the GPU's {} a batch", self.max_batch());
+        Ok(t)
+    }
+
+    /// [`GpuLayer::attention`] for the `t` tokens whose residual rows are `x` (`[t][hidden]`),
+    /// at positions `pos0..pos0 + t`, with causal attention among them: one submission and one
+    /// read-back of the `t` partial rows. Appends their K/V to the GPU cache.
+    pub fn attention_batch(&self, k: &LayerKernels, x: &[f32], pos0: usize, out: &mut [f32]) -> anyhow::Result<()> {
+        let t = self.batch_rows(x, out)?;
+        let (Some(a), Some(b)) = (&self.attn, &self.batch.attn) else {
+            out.fill(0.0);
+            return Ok(());
+        };
+        ensure!(pos0 + t <= self.max_seq, "GPU KV cache full ({} positions)", self.max_seq);
+        let bufs = &self.batch.bufs;
+        let (d, q) = (&self.ctx.device, &self.ctx.queue);
+        let hd = self.head_dim;
+        q.write_buffer(&bufs.x, 0, bytemuck::cast_slice(x));
+        q.write_buffer(&bufs.rows, 0, bytemuck::cast_slice(&[t as u32, 0, 0, 0]));
+        // Row 0's position; the kernels add the row index.
+        let prep = |flags| Params { n: hd as u32, pos: pos0 as u32, flags, eps: self.eps, ..Default::default() };
+        q.write_buffer(&a.p_qprep, 0, &prep(a.q_flags).bytes());
+        q.write_buffer(&a.p_kprep, 0, &prep(a.k_flags).bytes());
+        q.write_buffer(
+            &a.p_attn,
+            0,
+            &Params {
+                n: hd as u32,
+                heads: self.max_seq as u32,
+                pos: pos0 as u32 + 1,
+                flags: self.q_skew as u32,
+                scale: 1.0 / (hd as f32).sqrt(),
+                group: self.group as u32,
+                n_kv: self.n_kv as u32,
+                ..Default::default()
+            }
+            .bytes(),
+        );
+        let rows = t as u32;
+        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        self.dispatch2(&mut enc, &k.rmsnorm, &self.batch.bg_norm_attn, rows, 1);
+        self.products(&mut enc, &[&b.wq, &b.wk, &b.wv], t)?;
+        self.dispatch2(&mut enc, &k.qk_prep, &b.bg_qprep, self.n_q as u32, rows);
+        self.dispatch2(&mut enc, &k.qk_prep, &b.bg_kprep, self.n_kv as u32, rows);
+        if let Some(bg) = &b.bg_vprep {
+            self.dispatch2(&mut enc, &k.qk_prep, bg, self.n_kv as u32, rows);
+        }
+        // k and v rows are [t][n_kv][hd]: the cache's layout from position pos0 on.
+        let kvb = (self.n_kv * hd * 4) as u64;
+        enc.copy_buffer_to_buffer(&bufs.k, 0, &a.kcache, pos0 as u64 * kvb, t as u64 * kvb);
+        enc.copy_buffer_to_buffer(&bufs.v, 0, &a.vcache, pos0 as u64 * kvb, t as u64 * kvb);
+        enc.copy_buffer_to_buffer(&bufs.q, 0, &bufs.att, 0, (t * self.n_q * hd * 4) as u64);
+        self.dispatch2(&mut enc, &k.attention, &b.bg_attn, self.n_q as u32, rows);
+        self.products(&mut enc, &[&b.wo], t)?;
+        self.finish_batch(enc, out)
+    }
+
+    /// [`GpuLayer::mlp`] for the `t` residual rows `x` (`[t][hidden]`): one submission and one
+    /// read-back of the `t` partial rows.
+    pub fn mlp_batch(&self, k: &LayerKernels, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
+        let t = self.batch_rows(x, out)?;
+        let b = &self.batch;
+        let (d, q) = (&self.ctx.device, &self.ctx.queue);
+        q.write_buffer(&b.bufs.x, 0, bytemuck::cast_slice(x));
+        q.write_buffer(&b.bufs.rows, 0, bytemuck::cast_slice(&[t as u32, 0, 0, 0]));
+        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        self.dispatch2(&mut enc, &k.rmsnorm, &b.bg_norm_ffn, t as u32, 1);
+        self.products(&mut enc, &[&b.gate, &b.up], t)?;
+        self.dispatch2(&mut enc, &k.silu_mul, &b.bg_silu, (self.w_gate.rows as u32).div_ceil(64), t as u32);
+        self.products(&mut enc, &[&b.down], t)?;
+        self.finish_batch(enc, out)
+    }
+
+    fn products(&self, enc: &mut wgpu::CommandEncoder, ps: &[&BatchProduct], t: usize) -> anyhow::Result<()> {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+        for p in ps {
+            p.dispatch(&self.ctx, &mut pass, t)?;
+        }
+        Ok(())
+    }
+
+    /// Submits, then reads the batch's partial rows back into `out`.
+    fn finish_batch(&self, mut enc: wgpu::CommandEncoder, out: &mut [f32]) -> anyhow::Result<()> {
+        let bufs = &self.batch.bufs;
+        enc.copy_buffer_to_buffer(&bufs.out, 0, &bufs.staging, 0, (out.len() * 4) as u64);
+        self.ctx.queue.submit([enc.finish()]);
+        map_read(&self.ctx.device, &bufs.staging, out)
+    }
+
     fn dispatch(&self, enc: &mut wgpu::CommandEncoder, p: &wgpu::ComputePipeline, bg: &wgpu::BindGroup, n: u32) {
-        if n == 0 {
+        self.dispatch2(enc, p, bg, n, 1)
+    }
+
+    fn dispatch2(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        p: &wgpu::ComputePipeline,
+        bg: &wgpu::BindGroup,
+        nx: u32,
+        ny: u32,
+    ) {
+        if nx == 0 || ny == 0 {
             return;
         }
         let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
         pass.set_pipeline(p);
         pass.set_bind_group(0, bg, &[]);
-        pass.dispatch_workgroups(n, 1, 1);
+        pass.dispatch_workgroups(nx, ny, 1);
     }
 
     fn matvecs(&self, enc: &mut wgpu::CommandEncoder, mats: &[&Arc<GpuMat>]) {

@@ -4,11 +4,15 @@
 //
 // All kernels use workgroups of 64 and workgroup-memory reductions (no subgroup-size
 // assumption: 8 on lavapipe, 32 on Apple GPUs).
+//
+// Every kernel also takes T token rows at once for batched prefill: the row is the workgroup's
+// y index (x for rmsnorm), and the row stride comes from the dispatch size, so a decode
+// dispatch (one row) computes exactly what it did before rows existed.
 
 struct Params {
     n: u32,        // rmsnorm/silu: vector length. qk_prep/attention: head_dim
     heads: u32,    // qk_prep: heads in the vector. attention: local query heads
-    pos: u32,      // qk_prep: position. attention: sequence length (pos + 1)
+    pos: u32,      // qk_prep: position of row 0. attention: sequence length (pos + 1) of row 0
     flags: u32,    // qk_prep: 1 = add bias, 2 = per-head rmsnorm, 4 = interleaved rope, 8 = rope.
                    // attention: query-head skew (local query head h reads local KV head
                    // (h + skew) / group, as a rank's heads may start inside a KV group)
@@ -55,28 +59,35 @@ fn reduce_max(lid: u32, v: f32) -> f32 {
     return r;
 }
 
-// o = a / rms(a) * b   (a: input vector, b: norm weight). One workgroup.
+// o = a / rms(a) * b   (a: input rows [T][n], b: norm weight). One workgroup per row.
 @compute @workgroup_size(64)
-fn rmsnorm(@builtin(local_invocation_index) lid: u32) {
+fn rmsnorm(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let base = wg.x * p.n;
     var ss = 0.0;
     for (var i = lid; i < p.n; i += WG) {
-        ss += a[i] * a[i];
+        ss += a[base + i] * a[base + i];
     }
     let inv = 1.0 / sqrt(reduce_sum(lid, ss) / f32(p.n) + p.eps);
     for (var i = lid; i < p.n; i += WG) {
-        o[i] = a[i] * inv * b[i];
+        o[base + i] = a[base + i] * inv * b[i];
     }
 }
 
-// In place on a = [heads][head_dim]: + bias (b), per-head rmsnorm (weight c[0..hd]) and RoPE
-// (inverse frequencies in o[0..hd/2]). One workgroup per head.
+// In place on a = [T][heads][head_dim]: + bias (b, [heads][head_dim]), per-head rmsnorm
+// (weight c[0..hd]) and RoPE at position pos + row (inverse frequencies in o[0..hd/2]). One
+// workgroup per head (x) and row (y).
 @compute @workgroup_size(64)
-fn qk_prep(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn qk_prep(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
     let hd = p.n;
-    let base = wg.x * hd;
+    let base = (wg.y * nwg.x + wg.x) * hd;
+    let pos = p.pos + wg.y;
     if ((p.flags & 1u) != 0u) {
         for (var i = lid; i < hd; i += WG) {
-            a[base + i] += b[base + i];
+            a[base + i] += b[wg.x * hd + i];
         }
     }
     workgroupBarrier();
@@ -94,7 +105,7 @@ fn qk_prep(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     let half = hd / 2u;
     let rope_on = (p.flags & 8u) != 0u;
     for (var i = lid; i < half && rope_on; i += WG) {
-        let ang = f32(p.pos) * o[i];
+        let ang = f32(pos) * o[i];
         let s = sin(ang);
         let co = cos(ang);
         var ia = base + i;
@@ -110,18 +121,24 @@ fn qk_prep(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index
     }
 }
 
-// Causal attention for one token, one workgroup per local query head. a: scores scratch
-// [heads][max_seq], b: K cache, c: V cache (both [pos][n_kv][hd]), o: the query on entry and
-// the output [heads][hd] on exit (each workgroup copies its query head to workgroup memory
-// before overwriting it, which keeps the bindings to five).
+// Causal attention, one workgroup per local query head (x) and token row (y): row r is the
+// token at position pos - 1 + r and sees cache positions 0..pos + r (its own K/V included, the
+// later rows' not). a: scores scratch [T][heads][max_seq], b: K cache, c: V cache (both
+// [pos][n_kv][hd]), o: the queries [T][heads][hd] on entry and the outputs on exit (each
+// workgroup copies its query head to workgroup memory before overwriting it, which keeps the
+// bindings to five).
 var<workgroup> qv: array<f32, 256>;
 
 @compute @workgroup_size(64)
-fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn attention(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
     let hd = p.n;
-    let h = wg.x;
-    let kvh = (h + p.flags) / p.group;
-    let seq = p.pos;
+    let kvh = (wg.x + p.flags) / p.group;
+    let h = wg.y * nwg.x + wg.x; // query head row in o and in the scratch
+    let seq = p.pos + wg.y;
     for (var i = lid; i < hd; i += WG) {
         qv[i] = o[h * hd + i];
     }
@@ -157,11 +174,12 @@ fn attention(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_ind
     }
 }
 
-// o = silu(a) * b, element-wise (gate, up).
+// o = silu(a) * b, element-wise (gate, up) on rows of n values, row gid.y: a grid row per
+// token keeps each dispatch dimension small whatever the batch.
 @compute @workgroup_size(64)
 fn silu_mul(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x;
-    if (i < p.n) {
+    if (gid.x < p.n) {
+        let i = gid.y * p.n + gid.x;
         let g = a[i];
         o[i] = g / (1.0 + exp(-g)) * b[i];
     }

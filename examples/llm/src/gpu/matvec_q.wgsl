@@ -135,3 +135,144 @@ fn matvec_q8_0(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     }
     reduce_store(lid, row, acc);
 }
+
+// ---- Batched prefill: Y = X · Wᵀ for T input rows (X [T][cols], Y [T][rows]). ----
+//
+// Same shape as the matvec above (one workgroup of 64 per output row, the same strided walk
+// along the row and the same reduction tree) but each workgroup also takes a tile of TT input
+// rows (dispatch z): every weight it loads is multiplied with all of the tile's rows, so a
+// prompt reads (and decodes) each weight once per TT tokens instead of once per token. Each
+// token's sum is formed in the matvec's order, so a row of Y is the matvec of that token.
+
+struct Batch {
+    // Input rows in this batch; the last tile may hold fewer than TT.
+    t: u32,
+    _a: u32,
+    _b: u32,
+    _c: u32,
+}
+
+@group(0) @binding(4) var<uniform> bt: Batch;
+
+const TT: u32 = 16u;
+// Partial sums of the tile, [TT][WG].
+var<workgroup> tile: array<f32, 1024>;
+
+// Reduces the tile's TT x 64 partial sums (the matvec's tree, per input row) and stores the
+// `nt` valid rows' results. Reached by the whole workgroup (uniform control flow).
+fn reduce_store_tile(lid: u32, row: u32, t0: u32, nt: u32, acc: array<f32, 16>) {
+    for (var j = 0u; j < TT; j++) {
+        tile[j * WG + lid] = acc[j];
+    }
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            for (var j = 0u; j < TT; j++) {
+                tile[j * WG + lid] += tile[j * WG + lid + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid < nt && row < p.rows) {
+        y[(t0 + lid) * p.rows + row] = tile[lid * WG];
+    }
+}
+
+// Nibble-block rows for a tile of input rows: each word of quants and its scale are decoded
+// once and used for all TT rows, each row's sum formed as in q4_row.
+fn q4_tile(row: u32, lid: u32, t0: u32, offset: f32, with_min: bool) -> array<f32, 16> {
+    // Tail rows past the batch read its last row (results dropped at the store): a loop of
+    // constant length, which compilers unroll, keeping `acc` in registers.
+    let last = bt.t - 1u;
+    let nb = p.cols / 32u;
+    let words = nb * 4u;
+    var acc: array<f32, 16>;
+    for (var i = lid; i < words; i += WG) {
+        let b = i / 4u;
+        let q = w[row * words + i];
+        let dm = w[p.dm_offset + row * nb + b];
+        let d = half_to_f32(dm & 0xFFFFu);
+        let m = half_to_f32(dm >> 16u);
+        let xb = b * 32u + (i % 4u) * 4u;
+        var lo: array<f32, 4>;
+        var hi: array<f32, 4>;
+        for (var e = 0u; e < 4u; e++) {
+            let byte = (q >> (8u * e)) & 0xFFu;
+            lo[e] = f32(byte & 0xFu) - offset;
+            hi[e] = f32(byte >> 4u) - offset;
+        }
+        for (var j = 0u; j < TT; j++) {
+            let xr = min(t0 + j, last) * p.cols + xb;
+            var s = 0.0;
+            var sx = 0.0;
+            for (var e = 0u; e < 4u; e++) {
+                let x0 = x[xr + e];
+                let x1 = x[xr + 16u + e];
+                s += lo[e] * x0 + hi[e] * x1;
+                sx += x0 + x1;
+            }
+            acc[j] += d * s;
+            if (with_min) {
+                acc[j] += m * sx;
+            }
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn matmul_q4_0(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wg.x + wg.y * p.grid_x;
+    let t0 = wg.z * TT;
+    let nt = min(TT, bt.t - t0);
+    var acc: array<f32, 16>;
+    if (row < p.rows) {
+        acc = q4_tile(row, lid, t0, 8.0, false);
+    }
+    reduce_store_tile(lid, row, t0, nt, acc);
+}
+
+@compute @workgroup_size(64)
+fn matmul_q4_1(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wg.x + wg.y * p.grid_x;
+    let t0 = wg.z * TT;
+    let nt = min(TT, bt.t - t0);
+    var acc: array<f32, 16>;
+    if (row < p.rows) {
+        acc = q4_tile(row, lid, t0, 0.0, true);
+    }
+    reduce_store_tile(lid, row, t0, nt, acc);
+}
+
+@compute @workgroup_size(64)
+fn matmul_q8_0(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wg.x + wg.y * p.grid_x;
+    let t0 = wg.z * TT;
+    let nt = min(TT, bt.t - t0);
+    // Tail rows past the batch read its last row (results dropped at the store): a loop of
+    // constant length, which compilers unroll, keeping `acc` in registers.
+    let last = bt.t - 1u;
+    var acc: array<f32, 16>;
+    if (row < p.rows) {
+        let nb = p.cols / 32u;
+        let words = nb * 8u;
+        for (var i = lid; i < words; i += WG) {
+            let q = w[row * words + i];
+            let d = half_to_f32(w[p.dm_offset + row * nb + i / 8u] & 0xFFFFu);
+            let xb = i * 4u;
+            var v: array<f32, 4>;
+            for (var e = 0u; e < 4u; e++) {
+                v[e] = f32(i32(q << (24u - 8u * e)) >> 24u);
+            }
+            for (var j = 0u; j < TT; j++) {
+                let xr = min(t0 + j, last) * p.cols + xb;
+                var s = 0.0;
+                for (var e = 0u; e < 4u; e++) {
+                    s += v[e] * x[xr + e];
+                }
+                acc[j] += d * s;
+            }
+        }
+    }
+    reduce_store_tile(lid, row, t0, nt, acc);
+}

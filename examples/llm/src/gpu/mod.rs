@@ -7,6 +7,11 @@
 //! completed, host-visible results and the GPU never waits on the network (the contract from
 //! the research note). The output head is a plain [`GpuMat`] product: each rank uploads only
 //! the rows of its vocabulary slice and rank 0 gathers the logits on the host.
+//!
+//! Prefill takes the prompt in batches ([`layer::GpuLayer::attention_batch`] /
+//! [`layer::GpuLayer::mlp_batch`]): the same two segments per layer for T tokens at once, with
+//! matrix-matrix kernels (the `matmul*` entries of the matvec shaders) that read each weight
+//! once per tile of [`MATMUL_TILE`] tokens, and one all_sum per segment on T x hidden values.
 
 use std::sync::{mpsc, Arc};
 
@@ -17,11 +22,16 @@ use crate::quant::{GgmlType, QuantRows};
 
 pub mod layer;
 
-/// WGSL source of the f32 matvec kernel.
+/// Input rows each workgroup of a `matmul*` kernel multiplies with the weights it loads (`TT`
+/// in the shaders): the weight reuse of batched prefill.
+pub const MATMUL_TILE: usize = 16;
+
+/// WGSL source of the f32 matvec kernel (and its batched `matmul`).
 pub const MATVEC_WGSL: &str = include_str!("matvec.wgsl");
-/// WGSL source of the f16-weight matvec kernel (needs the `shader-f16` feature).
+/// WGSL source of the f16-weight matvec kernel and its `matmul` (needs the `shader-f16` feature).
 pub const MATVEC_F16_WGSL: &str = include_str!("matvec_f16.wgsl");
-/// WGSL source of the matvec kernels on GGML blocks (Q4_0, Q4_1, Q8_0), decoded in the shader.
+/// WGSL source of the matvec and matmul kernels on GGML blocks (Q4_0, Q4_1, Q8_0), decoded in
+/// the shader.
 pub const MATVEC_Q_WGSL: &str = include_str!("matvec_q.wgsl");
 
 /// How a [`GpuMat`]'s weights are stored on the device.
@@ -52,8 +62,19 @@ pub struct GpuContext {
     /// Block-quantised pipelines: Q4_0, Q4_1, Q8_0.
     pipeline_q: [wgpu::ComputePipeline; 3],
     layout: wgpu::BindGroupLayout,
+    /// Batched (`matmul*`) pipelines, in the order of the matvec ones: f32, f16, Q4_0/Q4_1/Q8_0.
+    mm: MatmulPipelines,
+    /// The matvec layout plus binding 4, the batch's row count.
+    layout_mm: wgpu::BindGroupLayout,
     /// Human-readable adapter description.
     pub adapter: String,
+}
+
+/// The `matmul*` entry points, one per weight kind.
+struct MatmulPipelines {
+    f32: wgpu::ComputePipeline,
+    f16: Option<wgpu::ComputePipeline>,
+    q: [wgpu::ComputePipeline; 3],
 }
 
 impl GpuContext {
@@ -71,6 +92,22 @@ impl GpuContext {
             (WeightKind::Q8_0, _) => &self.pipeline_q[2],
             _ => &self.pipeline,
         }
+    }
+
+    /// The batched (matrix-matrix) pipeline for weights stored as `kind`.
+    fn matmul_for(&self, kind: WeightKind) -> &wgpu::ComputePipeline {
+        match (kind, &self.mm.f16) {
+            (WeightKind::F16, Some(p)) => p,
+            (WeightKind::Q4_0, _) => &self.mm.q[0],
+            (WeightKind::Q4_1, _) => &self.mm.q[1],
+            (WeightKind::Q8_0, _) => &self.mm.q[2],
+            _ => &self.mm.f32,
+        }
+    }
+
+    /// The device's limits (buffer sizes bound the prefill batch).
+    pub fn limits(&self) -> wgpu::Limits {
+        self.device.limits()
     }
 }
 
@@ -119,52 +156,61 @@ impl GpuContext {
             },
             count: None,
         };
+        let uniform = |binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("matvec"),
-            entries: &[
-                storage(0, true),
-                storage(1, true),
-                storage(2, false),
-                wgpu::BindGroupLayoutEntry {
-                    binding: 3,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                },
-            ],
+            entries: &[storage(0, true), storage(1, true), storage(2, false), uniform(3)],
         });
-        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("matvec"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
+        let layout_mm = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("matmul"),
+            entries: &[storage(0, true), storage(1, true), storage(2, false), uniform(3), uniform(4)],
         });
-        let make = |module: &wgpu::ShaderModule, entry: &str| {
+        let pipeline_layout = |layout: &wgpu::BindGroupLayout| {
+            device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some("matvec"),
+                bind_group_layouts: &[Some(layout)],
+                immediate_size: 0,
+            })
+        };
+        let (pl, pl_mm) = (pipeline_layout(&layout), pipeline_layout(&layout_mm));
+        let make_in = |pl: &wgpu::PipelineLayout, module: &wgpu::ShaderModule, entry: &str| {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(entry),
-                layout: Some(&pl),
+                layout: Some(pl),
                 module,
                 entry_point: Some(entry),
                 compilation_options: Default::default(),
                 cache: None,
             })
         };
+        let make = |module: &wgpu::ShaderModule, entry: &str| make_in(&pl, module, entry);
+        let make_mm = |module: &wgpu::ShaderModule, entry: &str| make_in(&pl_mm, module, entry);
         let pipeline = make(&module, "matvec");
-        let pipeline_f16 = f16.then(|| {
+        let mm_f32 = make_mm(&module, "matmul");
+        let (pipeline_f16, mm_f16) = if f16 {
             let m = device.create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some("matvec_f16"),
                 source: wgpu::ShaderSource::Wgsl(MATVEC_F16_WGSL.into()),
             });
-            make(&m, "matvec")
-        });
+            (Some(make(&m, "matvec")), Some(make_mm(&m, "matmul")))
+        } else {
+            (None, None)
+        };
         let q = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("matvec_q"),
             source: wgpu::ShaderSource::Wgsl(MATVEC_Q_WGSL.into()),
         });
         let pipeline_q = ["matvec_q4_0", "matvec_q4_1", "matvec_q8_0"].map(|e| make(&q, e));
+        let mm_q = ["matmul_q4_0", "matmul_q4_1", "matmul_q8_0"].map(|e| make_mm(&q, e));
         Ok(Some(Arc::new(Self {
             device,
             queue,
@@ -172,6 +218,8 @@ impl GpuContext {
             pipeline_f16,
             pipeline_q,
             layout,
+            mm: MatmulPipelines { f32: mm_f32, f16: mm_f16, q: mm_q },
+            layout_mm,
             adapter: format!("{} ({:?}, {})", info.name, info.backend, info.driver),
         })))
     }
@@ -189,6 +237,10 @@ pub struct GpuMat {
     bind: wgpu::BindGroup,
     grid: (u32, u32),
     kind: WeightKind,
+    /// The weights and the shape uniform, which the batched products bind with other inputs
+    /// and outputs ([`GpuMat::batch_bind`]).
+    w: wgpu::Buffer,
+    params: wgpu::Buffer,
 }
 
 impl std::fmt::Debug for GpuMat {
@@ -278,13 +330,139 @@ impl GpuMat {
                 wgpu::BindGroupEntry { binding: 3, resource: params.as_entire_binding() },
             ],
         });
-        Self { ctx: ctx.clone(), rows, cols, x, y, staging, bind, grid: (gx, gy), kind }
+        Self { ctx: ctx.clone(), rows, cols, x, y, staging, bind, grid: (gx, gy), kind, w, params }
+    }
+
+    /// Output rows (the length of `W · x`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// A bind group for the batched product `y[t] = W · x[t]` over the rows `x` (`[T][cols]`)
+    /// into `y` (`[T][rows]`), T read from the uniform `batch` (`[T, 0, 0, 0]`).
+    pub fn batch_bind(&self, x: &wgpu::Buffer, y: &wgpu::Buffer, batch: &wgpu::Buffer) -> BatchProduct {
+        let bind = self.ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("matmul"),
+            layout: &self.ctx.layout_mm,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: self.w.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: x.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: y.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: self.params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: batch.as_entire_binding() },
+            ],
+        });
+        BatchProduct { bind, grid: self.grid, kind: self.kind }
+    }
+
+    /// `out[t] = W · x[t]` for the `t` rows of `x` (`[t][cols]`, `out` `[t][rows]`) with the
+    /// batched kernel, in one submission: the product prefill runs, on its own.
+    pub fn matmul(&self, x: &[f32], t: usize, out: &mut [f32]) -> anyhow::Result<()> {
+        anyhow::ensure!(t > 0 && x.len() == t * self.cols, "matmul: {} inputs for {t} rows of {}", x.len(), self.cols);
+        anyhow::ensure!(out.len() == t * self.rows, "matmul: {} outputs for {t} rows of {}", out.len(), self.rows);
+        let d = &self.ctx.device;
+        use wgpu::BufferUsages as U;
+        let xb = d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("matmul x"),
+            contents: bytemuck::cast_slice(x),
+            usage: U::STORAGE,
+        });
+        let yb = d.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("matmul y"),
+            size: (out.len() * 4) as u64,
+            usage: U::STORAGE | U::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let batch = batch_uniform(d, t)?;
+        let p = self.batch_bind(&xb, &yb, &batch);
+        let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            p.dispatch(&self.ctx, &mut pass, t)?;
+        }
+        read_back(&self.ctx, enc, &yb, out)
     }
 
     /// `out = W · x`, blocking until the result is back in host memory.
     pub fn matvec(&self, x: &[f32], out: &mut [f32]) -> anyhow::Result<()> {
         matvec_many(&[self], x, &mut [out])
     }
+}
+
+/// A uniform holding `[t, 0, 0, 0]`, the batch's row count for the `matmul*` kernels.
+pub fn batch_uniform(d: &wgpu::Device, t: usize) -> anyhow::Result<wgpu::Buffer> {
+    let t = u32::try_from(t).context("batch too large")?;
+    Ok(d.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("batch"),
+        contents: bytemuck::cast_slice(&[t, 0u32, 0, 0]),
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+    }))
+}
+
+/// One matrix's batched product, bound to its input and output buffers
+/// ([`GpuMat::batch_bind`]).
+pub struct BatchProduct {
+    bind: wgpu::BindGroup,
+    grid: (u32, u32),
+    kind: WeightKind,
+}
+
+impl BatchProduct {
+    /// Records the product for `t` input rows: a grid row per weight row as in the matvec, and
+    /// one grid layer (z) per tile of [`MATMUL_TILE`] input rows.
+    pub fn dispatch(&self, ctx: &GpuContext, pass: &mut wgpu::ComputePass<'_>, t: usize) -> anyhow::Result<()> {
+        let tiles = t.div_ceil(MATMUL_TILE) as u32;
+        let max = ctx.device.limits().max_compute_workgroups_per_dimension;
+        anyhow::ensure!(tiles <= max, "{t} rows make {tiles} tiles, over the device's {max} a dispatch");
+        pass.set_pipeline(ctx.matmul_for(self.kind));
+        pass.set_bind_group(0, &self.bind, &[]);
+        pass.dispatch_workgroups(self.grid.0, self.grid.1, tiles);
+        Ok(())
+    }
+}
+
+/// Copies `src`'s first `out.len()` values to a staging buffer at the end of `enc`, submits,
+/// waits and reads them into `out`.
+pub(crate) fn read_back(
+    ctx: &GpuContext,
+    mut enc: wgpu::CommandEncoder,
+    src: &wgpu::Buffer,
+    out: &mut [f32],
+) -> anyhow::Result<()> {
+    let (d, q) = (&ctx.device, &ctx.queue);
+    let bytes = (out.len() * 4) as u64;
+    let staging = d.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("staging"),
+        size: bytes,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    enc.copy_buffer_to_buffer(src, 0, &staging, 0, bytes);
+    q.submit([enc.finish()]);
+    map_read(d, &staging, out)
+}
+
+/// Maps the first `out.len()` values of the staging buffer `staging` (its copy already
+/// submitted), waits for them and copies them into `out`.
+pub(crate) fn map_read(d: &wgpu::Device, staging: &wgpu::Buffer, out: &mut [f32]) -> anyhow::Result<()> {
+    let slice = staging.slice(..(out.len() * 4) as u64);
+    let (tx, rx) = mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    d.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow!("GPU poll failed: {e}"))?;
+    rx.recv().context("GPU map callback dropped")?.map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
+    {
+        let data = slice.get_mapped_range().map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
+        out.copy_from_slice(bytemuck::cast_slice(&data));
+    }
+    staging.unmap();
+    Ok(())
 }
 
 /// `outs[i] = mats[i] · x` for several matrices sharing one input (q/k/v, gate/up), in a single

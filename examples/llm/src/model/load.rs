@@ -285,6 +285,8 @@ impl Model {
             gpu_layers: None,
             #[cfg(feature = "gpu")]
             head_gpu: None,
+            #[cfg(feature = "gpu")]
+            gpu_prefill_rows: 1,
         };
         packer.finish(&mut model.quant_rows_mut()).context("packing the quantised weights")?;
         Ok(model)

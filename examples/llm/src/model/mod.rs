@@ -107,6 +107,9 @@ pub struct Model {
     /// `None` for an empty slice, which the CPU path handles.
     #[cfg(feature = "gpu")]
     head_gpu: Option<crate::gpu::GpuMat>,
+    /// Most tokens per batch of GPU prefill (at most what the batch buffers hold).
+    #[cfg(feature = "gpu")]
+    gpu_prefill_rows: usize,
 }
 
 impl Model {
@@ -129,6 +132,20 @@ impl Model {
         use crate::gpu::layer::{GpuLayer, LayerKernels, LayerSpec};
         let kernels = LayerKernels::new(ctx);
         let cfg = &self.cfg;
+        // The GPU cache is allocated up front; cap it so small GPUs cope.
+        let max_seq = cfg.max_seq_len.min(4096);
+        let (n_q, n_kv) = (self.plan.q_heads.len(), self.plan.kv_heads.len());
+        let ffn = self.layers.first().map_or(0, |l| l.w_gate.rows);
+        let batch = std::sync::Arc::new(crate::gpu::layer::BatchBufs::new(
+            ctx,
+            cfg.hidden_size,
+            cfg.head_dim,
+            n_q,
+            n_kv,
+            ffn,
+            max_seq,
+        )?);
+        self.gpu_prefill_rows = batch.max_rows();
         let mut gl = Vec::with_capacity(self.layers.len());
         for l in &self.layers {
             gl.push(GpuLayer::new(
@@ -137,12 +154,11 @@ impl Model {
                 LayerSpec {
                     hidden: cfg.hidden_size,
                     head_dim: cfg.head_dim,
-                    n_q: self.plan.q_heads.len(),
-                    n_kv: self.plan.kv_heads.len(),
+                    n_q,
+                    n_kv,
                     group: cfg.group_size(),
                     q_skew: self.plan.q_skew(cfg),
-                    // The GPU cache is allocated up front; cap it so small GPUs cope.
-                    max_seq: cfg.max_seq_len.min(4096),
+                    max_seq,
                     eps: cfg.rms_eps,
                     interleaved: cfg.rope_style == crate::config::RopeStyle::Interleaved,
                     inv_freq: &self.inv_freq,
@@ -160,6 +176,7 @@ impl Model {
                     w_gate: l.w_gate.gpu.clone().context("gate_proj not on the GPU")?,
                     w_up: l.w_up.gpu.clone().context("up_proj not on the GPU")?,
                     w_down: l.w_down.gpu.clone().context("down_proj not on the GPU")?,
+                    batch: batch.clone(),
                 },
             )?);
         }
@@ -167,11 +184,44 @@ impl Model {
         Ok(())
     }
 
-    /// Decode on the GPU layers: token by token, two round trips and two all_sums per layer.
+    /// Caps GPU prefill batches at `rows` tokens (at least 1; at most what the batch buffers
+    /// allocated by [`Model::upload_to_gpu`] hold). A longer prompt goes in several batches.
+    /// `1` prefills token by token, through the decode kernels.
+    #[cfg(feature = "gpu")]
+    pub fn set_gpu_prefill_rows(&mut self, rows: usize) {
+        let most = self.gpu_layers.as_ref().and_then(|(_, gl)| gl.first()).map_or(1, |l| l.max_batch());
+        self.gpu_prefill_rows = rows.clamp(1, most);
+    }
+
+    /// The GPU layers on `tokens`: the residual rows after the last layer (`t x hidden`).
+    /// A single token (decode) takes the matrix-vector path, two round trips and two all_sums
+    /// per layer; more go in batches of up to `gpu_prefill_rows`, still two round trips and two
+    /// all_sums per layer but per batch, on `batch x hidden` values (the CPU path's shape).
     #[cfg(feature = "gpu")]
     fn forward_gpu(&self, tokens: &[u32], cache: &mut KvCache, comm: &dyn Comm) -> anyhow::Result<Vec<f32>> {
         let (kernels, gl) = self.gpu_layers.as_ref().expect("checked by caller");
         let h = self.cfg.hidden_size;
+        if tokens.len() > 1 && self.gpu_prefill_rows > 1 {
+            let mut x = vec![0f32; tokens.len() * h];
+            for (&tok, xr) in tokens.iter().zip(x.chunks_exact_mut(h)) {
+                ensure!((tok as usize) < self.cfg.vocab_size, "token {tok} out of vocabulary");
+                self.embed.row_into(tok as usize, xr);
+            }
+            let mut part = vec![0f32; self.gpu_prefill_rows.min(tokens.len()) * h];
+            for xs in x.chunks_mut(self.gpu_prefill_rows * h) {
+                let part = &mut part[..xs.len()];
+                for (li, l) in gl.iter().enumerate() {
+                    l.attention_batch(kernels, xs, cache.len, part)?;
+                    comm.all_sum(part).with_context(|| format!("all_sum after attention, layer {li}"))?;
+                    xs.iter_mut().zip(part.iter()).for_each(|(a, b)| *a += b);
+                    l.mlp_batch(kernels, xs, part)?;
+                    comm.all_sum(part).with_context(|| format!("all_sum after MLP, layer {li}"))?;
+                    xs.iter_mut().zip(part.iter()).for_each(|(a, b)| *a += b);
+                }
+                cache.len += xs.len() / h;
+            }
+            return Ok(x);
+        }
         let mut x = vec![0f32; h];
         let mut part = vec![0f32; h];
         for &tok in tokens {
@@ -234,8 +284,8 @@ impl Model {
         #[cfg(feature = "gpu")]
         if self.gpu_layers.is_some() {
             let x = self.forward_gpu(tokens, cache, comm)?;
-            let out = self.finish(&x, 1, cache, comm, want_logits);
-            cache.scratch.x = x; // the last token's hidden state, for `forward_greedy`
+            let out = self.finish(&x, x.len() / cfg.hidden_size, cache, comm, want_logits);
+            cache.scratch.x = x; // its last row is the hidden state `forward_greedy` reads
             return out;
         }
         self.forward_cpu(tokens, cache, comm)?;
