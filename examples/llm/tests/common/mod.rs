@@ -114,9 +114,14 @@ pub fn tensors(s: &Spec) -> Vec<(String, Tensor)> {
     v
 }
 
-/// A fresh, empty directory under the system temp dir (unique per process and call).
+/// A fresh, empty directory under the system temp dir (unique per process and call). A test
+/// process has no teardown to remove its directories, so the first call of each process removes
+/// those of test processes that are gone (Linux: a pid without `/proc/PID`); at most the
+/// latest runs' files stay.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(remove_dead_processes_dirs);
     let d = std::env::temp_dir().join(format!(
         "boltccl-llm-test-{}-{}-{tag}",
         std::process::id(),
@@ -125,6 +130,21 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// Removes the `temp_dir`s of test processes that no longer run.
+fn remove_dead_processes_dirs() {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("boltccl-llm-test-").and_then(|r| r.split('-').next()) else { continue };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Writes `config.json` + `model.safetensors` for `s` into a new temp dir.
