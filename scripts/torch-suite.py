@@ -16,7 +16,9 @@ registered by importing boltccl.torch in every spawned process (this module is r
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -53,7 +55,10 @@ if __name__ == "__main__":
     os.environ["BACKEND"] = ARGS.as_backend or ARGS.backend
     os.environ["TORCH_SUITE_BACKEND"] = ARGS.backend
     os.environ["WORLD_SIZE"] = str(ARGS.world_size)
-    os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="torch-suite-"))
+    if "TEMP_DIR" not in os.environ:
+        # The suite's scratch files; removed when this process (not a forked rank) exits.
+        os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="torch-suite-")
+        atexit.register(lambda d=os.environ["TEMP_DIR"], me=os.getpid(): os.getpid() == me and shutil.rmtree(d, ignore_errors=True))
     os.environ["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(ARGS.timeout)
     os.environ["TORCH_SUITE_START"] = ARGS.start
     os.environ["TORCH_SUITE_CLAIM"] = ARGS.claim
