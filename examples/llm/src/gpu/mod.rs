@@ -26,13 +26,15 @@ pub mod layer;
 /// in the shaders): the weight reuse of batched prefill.
 pub const MATMUL_TILE: usize = 16;
 
-/// WGSL source of the f32 matvec kernel (and its batched `matmul`).
-pub const MATVEC_WGSL: &str = include_str!("matvec.wgsl");
+/// WGSL source of the f32 matvec kernel (and its batched `matmul`). Each matvec module is its
+/// own file followed by matmul_tile.wgsl, the batched-prefill tile they share (WGSL has no
+/// include; module-scope declarations may come in any order).
+pub const MATVEC_WGSL: &str = concat!(include_str!("matvec.wgsl"), include_str!("matmul_tile.wgsl"));
 /// WGSL source of the f16-weight matvec kernel and its `matmul` (needs the `shader-f16` feature).
-pub const MATVEC_F16_WGSL: &str = include_str!("matvec_f16.wgsl");
+pub const MATVEC_F16_WGSL: &str = concat!(include_str!("matvec_f16.wgsl"), include_str!("matmul_tile.wgsl"));
 /// WGSL source of the matvec and matmul kernels on GGML blocks (Q4_0, Q4_1, Q8_0), decoded in
 /// the shader.
-pub const MATVEC_Q_WGSL: &str = include_str!("matvec_q.wgsl");
+pub const MATVEC_Q_WGSL: &str = concat!(include_str!("matvec_q.wgsl"), include_str!("matmul_tile.wgsl"));
 
 /// How a [`GpuMat`]'s weights are stored on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
