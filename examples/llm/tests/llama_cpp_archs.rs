@@ -16,7 +16,9 @@ mod common;
 use boltccl_llm::loader;
 use boltccl_llm::loader::gguf::{gguf_name, Value};
 use common::gguf_writer::{self as gw, Meta, RawTensor};
-use common::{llama_cpp_greedy, llama_python, run_tp, smollm2_path, tokenizer_meta, Spec};
+use common::{
+    assert_agrees_with_llama_cpp, llama_cpp_greedy, llama_python, run_tp, smollm2_path, tokenizer_meta, Spec,
+};
 use std::path::PathBuf;
 
 /// Greedy tokens compared.
@@ -141,16 +143,7 @@ fn check(arch: &str, s: Spec, scaling: Scaling) {
     let ours = run_tp(ck.weights.as_ref(), 1, &PROMPT, STEPS);
     let tp2 = run_tp(ck.weights.as_ref(), 2, &PROMPT, STEPS);
     let (theirs, rows) = llama_cpp_greedy(&py, &path, &PROMPT, STEPS, KEEP);
-    eprintln!("{arch}: boltccl-llm {:?}, llama.cpp {theirs:?}", ours.tokens);
-    assert_eq!(rows.len(), KEEP);
-    for (step, (a, b)) in ours.logits.iter().zip(&rows).enumerate() {
-        assert_eq!(a.len(), b.len(), "vocabulary sizes differ");
-        let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-        let top = b.iter().map(|x| x.abs()).fold(0.0f32, f32::max);
-        eprintln!("{arch} position {step}: max |logit - llama.cpp's| = {d:.2e} (largest |logit| {top:.1})");
-        assert!(d <= TOLERANCE, "{arch} position {step}: logits differ from llama.cpp's by up to {d}");
-    }
-    assert_eq!(ours.tokens, theirs, "{arch}: the greedy tokens differ from llama.cpp's");
+    assert_agrees_with_llama_cpp(arch, &ours, &theirs, &rows, KEEP, TOLERANCE);
     assert_eq!(tp2.tokens, ours.tokens, "{arch}: TP = 2 chose other tokens than TP = 1");
 }
 

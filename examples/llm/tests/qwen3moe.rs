@@ -20,7 +20,10 @@ use boltccl_llm::model::{route, LoadOptions};
 use boltccl_llm::sample::Rng;
 use boltccl_llm::shard::MoeSplit;
 use common::gguf_writer::{self as gw, Meta, RawTensor};
-use common::{llama_cpp_greedy, llama_python, randn, run_tp_split, smollm2_path, tokenizer_meta, Spec};
+use common::{
+    assert_agrees_with_llama_cpp, llama_cpp_greedy, llama_python, randn, run_tp_split, smollm2_path, tokenizer_meta,
+    Spec,
+};
 use std::path::PathBuf;
 
 /// Greedy tokens compared.
@@ -130,16 +133,7 @@ fn check(quant: u32, seed: u64, tag: &str, tolerance: f32) {
     let opts = LoadOptions::default();
     let ours = run_tp_split(src, 1, &PROMPT, STEPS, opts, MoeSplit::Tp);
     let (theirs, rows) = llama_cpp_greedy(&py, &path, &PROMPT, STEPS, KEEP);
-    eprintln!("{tag}: boltccl-llm {:?}, llama.cpp {theirs:?}", ours.tokens);
-    assert_eq!(rows.len(), KEEP);
-    for (step, (a, b)) in ours.logits.iter().zip(&rows).enumerate() {
-        assert_eq!(a.len(), b.len(), "vocabulary sizes differ");
-        let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
-        let top = b.iter().map(|x| x.abs()).fold(0.0f32, f32::max);
-        eprintln!("{tag} position {step}: max |logit - llama.cpp's| = {d:.2e} (largest |logit| {top:.1})");
-        assert!(d <= tolerance, "{tag} position {step}: logits differ from llama.cpp's by up to {d}");
-    }
-    assert_eq!(ours.tokens, theirs, "{tag}: the greedy tokens differ from llama.cpp's");
+    assert_agrees_with_llama_cpp(tag, &ours, &theirs, &rows, KEEP, tolerance);
     for split in [MoeSplit::Tp, MoeSplit::Ep] {
         for tp in [1, 2, 3] {
             let other = run_tp_split(src, tp, &PROMPT, STEPS, opts, split);

@@ -426,3 +426,25 @@ pub fn gpt2_byte_chars() -> Vec<char> {
         })
         .collect()
 }
+
+/// Our greedy run against llama.cpp's ([`llama_cpp_greedy`]): each of the `keep` logit rows
+/// within `tolerance` (largest absolute difference, printed), then the same tokens.
+pub fn assert_agrees_with_llama_cpp(
+    label: &str,
+    ours: &GenOutput,
+    theirs: &[u32],
+    rows: &[Vec<f32>],
+    keep: usize,
+    tolerance: f32,
+) {
+    eprintln!("{label}: boltccl-llm {:?}, llama.cpp {theirs:?}", ours.tokens);
+    assert_eq!(rows.len(), keep);
+    for (step, (a, b)) in ours.logits.iter().zip(rows).enumerate() {
+        assert_eq!(a.len(), b.len(), "vocabulary sizes differ");
+        let d = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        let top = b.iter().map(|x| x.abs()).fold(0.0f32, f32::max);
+        eprintln!("{label} position {step}: max |logit - llama.cpp's| = {d:.2e} (largest |logit| {top:.1})");
+        assert!(d <= tolerance, "{label} position {step}: logits differ from llama.cpp's by up to {d}");
+    }
+    assert_eq!(ours.tokens, theirs, "{label}: the greedy tokens differ from llama.cpp's");
+}
