@@ -14,7 +14,7 @@ use boltccl_llm::loader::WeightSource;
 use boltccl_llm::model::Model;
 use boltccl_llm::sample::{Rng, Sampler};
 use boltccl_llm::shard::ShardPlan;
-use common::{check_split_head_bits, max_diff, open, run_tp, tensors, write_checkpoint, Spec};
+use common::{check_split_head_bits, max_diff, on_ranks, open, run_tp, tensors, write_checkpoint, Spec};
 
 use boltccl_llm::model::{LoadOptions, WeightMode};
 use boltccl_llm::quant::{GgmlType, QuantRows};
@@ -76,23 +76,14 @@ fn gpu_matvec_matches_cpu() {
 }
 
 fn run_gpu(src: &dyn WeightSource, ctx: &Arc<GpuContext>, tp: usize, prompt: &[u32]) -> GenOutput {
-    let world = boltccl::Group::local_world(tp);
-    std::thread::scope(|s| {
-        let hs: Vec<_> = world
-            .into_iter()
-            .map(|c| {
-                s.spawn(move || {
-                    let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
-                    let mut model = Model::load(src, plan).unwrap();
-                    model.upload_to_gpu(ctx, false).unwrap();
-                    let opts =
-                        GenOptions { max_tokens: 8, stop_tokens: Vec::new(), record_logits: true, check_sync: true };
-                    generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).next().unwrap()
+    on_ranks(tp, |c| {
+        let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
+        let mut model = Model::load(src, plan).unwrap();
+        model.upload_to_gpu(ctx, false).unwrap();
+        let opts = GenOptions { max_tokens: 8, stop_tokens: Vec::new(), record_logits: true, check_sync: true };
+        generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap()
     })
+    .swap_remove(0)
 }
 
 /// Whole layers on the GPU (norms, RoPE, q/k norm, biases, KV cache, attention, SwiGLU)
@@ -372,40 +363,32 @@ fn two_part_prefill(
     n: usize,
 ) -> GenOutput {
     use boltccl_llm::comm::Comm;
-    let world = boltccl::Group::local_world(tp);
-    std::thread::scope(|s| {
-        let hs: Vec<_> = world
-            .into_iter()
-            .map(|c| {
-                s.spawn(move || {
-                    let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
-                    let mut model = Model::load_with(src, plan, load).unwrap();
-                    if let Some((ctx, f16, rows)) = gpu {
-                        model.upload_to_gpu(ctx, f16).unwrap();
-                        model.set_gpu_prefill_rows(rows);
-                    }
-                    let mut cache = model.new_cache();
-                    let mut out = GenOutput::default();
-                    let mut step = |tokens: &[u32], out: &mut GenOutput| {
-                        let logits = model.forward_batch(tokens, &mut cache, &c, true).unwrap();
-                        // Rank 0 holds the logits and picks; the others learn its choice.
-                        let mine = logits.as_deref().map_or(0, |l| boltccl_llm::sample::argmax(l) as u64);
-                        let tok = c.all_gather_u64(&[mine]).unwrap()[0] as u32;
-                        out.logits.extend(logits);
-                        out.tokens.push(tok);
-                        tok
-                    };
-                    step(a, &mut out);
-                    let mut tok = step(b, &mut out);
-                    for _ in 0..n {
-                        tok = step(&[tok], &mut out);
-                    }
-                    out
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).next().unwrap()
+    on_ranks(tp, |c| {
+        let plan = ShardPlan::new(src.config(), c.rank(), c.size()).unwrap();
+        let mut model = Model::load_with(src, plan, load).unwrap();
+        if let Some((ctx, f16, rows)) = gpu {
+            model.upload_to_gpu(ctx, f16).unwrap();
+            model.set_gpu_prefill_rows(rows);
+        }
+        let mut cache = model.new_cache();
+        let mut out = GenOutput::default();
+        let mut step = |tokens: &[u32], out: &mut GenOutput| {
+            let logits = model.forward_batch(tokens, &mut cache, &c, true).unwrap();
+            // Rank 0 holds the logits and picks; the others learn its choice.
+            let mine = logits.as_deref().map_or(0, |l| boltccl_llm::sample::argmax(l) as u64);
+            let tok = c.all_gather_u64(&[mine]).unwrap()[0] as u32;
+            out.logits.extend(logits);
+            out.tokens.push(tok);
+            tok
+        };
+        step(a, &mut out);
+        let mut tok = step(b, &mut out);
+        for _ in 0..n {
+            tok = step(&[tok], &mut out);
+        }
+        out
     })
+    .swap_remove(0)
 }
 
 /// Batched GPU prefill (matmul kernels, one round trip per segment per batch) against the

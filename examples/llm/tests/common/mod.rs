@@ -179,6 +179,16 @@ pub fn write_config(dir: &Path, s: &Spec) {
     std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
 }
 
+/// Runs `rank` on each of `tp` in-process ranks (threads over `boltccl::Group::local_world`);
+/// their results in rank order. A rank that panics fails the caller.
+pub fn on_ranks<T: Send>(tp: usize, rank: impl Fn(boltccl::Group) -> T + Sync) -> Vec<T> {
+    let rank = &rank;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = boltccl::Group::local_world(tp).into_iter().map(|c| s.spawn(move || rank(c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 /// Runs greedy generation on `tp` in-process ranks; returns rank 0's output (tokens + logits)
 /// and checks every rank produced the same tokens, and the same again when no logits are
 /// recorded (the ranks then choose each token together, without gathering the logits).
@@ -200,25 +210,15 @@ pub fn run_tp_split(
     opts: LoadOptions,
     split: MoeSplit,
 ) -> GenOutput {
-    let world = boltccl::Group::local_world(tp);
-    let outs: Vec<GenOutput> = std::thread::scope(|s| {
-        let hs: Vec<_> = world
-            .into_iter()
-            .map(|c| {
-                s.spawn(move || {
-                    let plan = ShardPlan::with_moe(src.config(), c.rank(), c.size(), split).unwrap();
-                    let model = Model::load_with(src, plan, opts).unwrap();
-                    let opts =
-                        GenOptions { max_tokens: n, stop_tokens: Vec::new(), record_logits: true, check_sync: true };
-                    let out = generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
-                    let opts = GenOptions { record_logits: false, ..opts };
-                    let chosen = generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
-                    assert_eq!(chosen.tokens, out.tokens, "rank {}: tokens chosen together differ", c.rank());
-                    out
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    let outs = on_ranks(tp, |c| {
+        let plan = ShardPlan::with_moe(src.config(), c.rank(), c.size(), split).unwrap();
+        let model = Model::load_with(src, plan, opts).unwrap();
+        let opts = GenOptions { max_tokens: n, stop_tokens: Vec::new(), record_logits: true, check_sync: true };
+        let out = generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
+        let opts = GenOptions { record_logits: false, ..opts };
+        let chosen = generate(&model, &c, prompt, &mut Sampler::greedy(), &opts, |_| {}).unwrap();
+        assert_eq!(chosen.tokens, out.tokens, "rank {}: tokens chosen together differ", c.rank());
+        out
     });
     for o in &outs[1..] {
         assert_eq!(o.tokens, outs[0].tokens, "ranks disagree on tokens");
