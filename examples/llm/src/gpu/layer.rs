@@ -11,9 +11,9 @@
 //! layer kernel taking T rows. The batch's buffers ([`BatchBufs`]) are shared by a rank's
 //! layers, which run one after another.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
-use anyhow::{anyhow, ensure, Context};
+use anyhow::ensure;
 use wgpu::util::DeviceExt;
 
 use super::{batch_uniform, map_read, BatchProduct, GpuContext, GpuMat};
@@ -661,22 +661,10 @@ impl GpuLayer {
 
     /// Submits, then reads `m`'s output back into `out`.
     fn finish(&self, mut enc: wgpu::CommandEncoder, m: &GpuMat, out: &mut [f32]) -> anyhow::Result<()> {
-        let (d, q) = (&self.ctx.device, &self.ctx.queue);
+        ensure!(out.len() == m.rows, "{} outputs for a matrix of {} rows", out.len(), m.rows);
         enc.copy_buffer_to_buffer(&m.y, 0, &m.staging, 0, (m.rows * 4) as u64);
-        q.submit([enc.finish()]);
-        let slice = m.staging.slice(..);
-        let (tx, rx) = mpsc::channel();
-        slice.map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
-        d.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| anyhow!("GPU poll failed: {e}"))?;
-        rx.recv().context("GPU map callback dropped")?.map_err(|e| anyhow!("mapping the GPU result failed: {e}"))?;
-        {
-            let data = slice.get_mapped_range().map_err(|e| anyhow!("reading the GPU result failed: {e:?}"))?;
-            out.copy_from_slice(bytemuck::cast_slice(&data));
-        }
-        m.staging.unmap();
-        Ok(())
+        self.ctx.queue.submit([enc.finish()]);
+        map_read(&self.ctx.device, &m.staging, out)
     }
 }
 
