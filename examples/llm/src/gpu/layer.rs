@@ -464,33 +464,7 @@ impl GpuLayer {
         let (d, q) = (&self.ctx.device, &self.ctx.queue);
         let hd = self.head_dim;
         q.write_buffer(&self.x, 0, bytemuck::cast_slice(x));
-        q.write_buffer(
-            &a.p_qprep,
-            0,
-            &Params { n: hd as u32, pos: pos as u32, flags: a.q_flags, eps: self.eps, ..Default::default() }.bytes(),
-        );
-        q.write_buffer(
-            &a.p_kprep,
-            0,
-            &Params { n: hd as u32, pos: pos as u32, flags: a.k_flags, eps: self.eps, ..Default::default() }.bytes(),
-        );
-        let scale = 1.0 / (hd as f32).sqrt();
-        q.write_buffer(
-            &a.p_attn,
-            0,
-            &Params {
-                n: hd as u32,
-                heads: self.max_seq as u32,
-                pos: pos as u32 + 1,
-                // The attention kernel does not read flags: it carries the query-head skew.
-                flags: self.q_skew as u32,
-                scale,
-                group: self.group as u32,
-                n_kv: self.n_kv as u32,
-                ..Default::default()
-            }
-            .bytes(),
-        );
+        self.write_attention_params(a, pos);
         let _ = &a.p_vprep;
         let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         self.dispatch(&mut enc, &k.rmsnorm, &self.bg_norm_attn, 1);
@@ -560,24 +534,7 @@ impl GpuLayer {
         q.write_buffer(&bufs.x, 0, bytemuck::cast_slice(x));
         q.write_buffer(&bufs.rows, 0, bytemuck::cast_slice(&[t as u32, 0, 0, 0]));
         // Row 0's position; the kernels add the row index.
-        let prep = |flags| Params { n: hd as u32, pos: pos0 as u32, flags, eps: self.eps, ..Default::default() };
-        q.write_buffer(&a.p_qprep, 0, &prep(a.q_flags).bytes());
-        q.write_buffer(&a.p_kprep, 0, &prep(a.k_flags).bytes());
-        q.write_buffer(
-            &a.p_attn,
-            0,
-            &Params {
-                n: hd as u32,
-                heads: self.max_seq as u32,
-                pos: pos0 as u32 + 1,
-                flags: self.q_skew as u32,
-                scale: 1.0 / (hd as f32).sqrt(),
-                group: self.group as u32,
-                n_kv: self.n_kv as u32,
-                ..Default::default()
-            }
-            .bytes(),
-        );
+        self.write_attention_params(a, pos0);
         let rows = t as u32;
         let mut enc = d.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         self.dispatch2(&mut enc, &k.rmsnorm, &self.batch.bg_norm_attn, rows, 1);
@@ -619,6 +576,27 @@ impl GpuLayer {
             p.dispatch(&self.ctx, &mut pass, t)?;
         }
         Ok(())
+    }
+
+    /// The q/k preparation and attention uniforms for a token at `pos` (a batch's row 0; the
+    /// kernels add the row index).
+    fn write_attention_params(&self, a: &Attn, pos: usize) {
+        let (q, hd) = (&self.ctx.queue, self.head_dim as u32);
+        let prep = |flags| Params { n: hd, pos: pos as u32, flags, eps: self.eps, ..Default::default() };
+        q.write_buffer(&a.p_qprep, 0, &prep(a.q_flags).bytes());
+        q.write_buffer(&a.p_kprep, 0, &prep(a.k_flags).bytes());
+        let attn = Params {
+            n: hd,
+            heads: self.max_seq as u32,
+            pos: pos as u32 + 1,
+            // The attention kernel does not read flags: it carries the query-head skew.
+            flags: self.q_skew as u32,
+            scale: 1.0 / (hd as f32).sqrt(),
+            group: self.group as u32,
+            n_kv: self.n_kv as u32,
+            ..Default::default()
+        };
+        q.write_buffer(&a.p_attn, 0, &attn.bytes());
     }
 
     /// Submits, then reads the batch's partial rows back into `out`.
