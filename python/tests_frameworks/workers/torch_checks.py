@@ -17,6 +17,15 @@ class Checks:
         self.names.append(name)
         assert cond, f"rank {self.rank}: {name}"
 
+    def refused(self, name, f, exc, words):
+        """A check that calling `f` raises `exc` with `words` in its message."""
+        try:
+            f()
+        except exc as e:
+            self(name, words in str(e))
+            return
+        self(name, False)
+
     def result(self):
         print("RESULT " + json.dumps({"rank": self.rank, "size": self.size, "checks": len(self.names)}), flush=True)
 

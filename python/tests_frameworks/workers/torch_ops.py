@@ -127,29 +127,20 @@ dist.all_to_all_single(t, t)
 check("all_to_all_single in place", same(t, torch.cat([val(q, (n * 4,), torch.float32)[rank * 4 : (rank + 1) * 4] for q in range(n)])))
 
 
-def refused(name, f, exc, words):
-    try:
-        f()
-    except exc as e:
-        check(name, words in str(e))
-        return
-    check(name, False)
-
-
-refused(
+check.refused(
     "reduce_scatter PRODUCT refused",
     lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(2 * n), op=dist.ReduceOp.PRODUCT),
     ValueError,
     "SUM, AVG, PREMUL_SUM, MAX and MIN",
 )
-refused("reduce AVG of ints refused", lambda: dist.reduce(torch.ones(2, dtype=torch.int32), dst=0, op=dist.ReduceOp.AVG), ValueError, "floating-point")
-refused(
+check.refused("reduce AVG of ints refused", lambda: dist.reduce(torch.ones(2, dtype=torch.int32), dst=0, op=dist.ReduceOp.AVG), ValueError, "floating-point")
+check.refused(
     "bad split sizes refused",
     lambda: dist.all_to_all_single(torch.empty(4 * n), torch.empty(4 * n), [1] * n, [5] * n),
     ValueError,
     "sum to input.size(0)",
 )
-refused("unequal parts refused", lambda: dist.all_to_all_single(torch.empty(n + 1), torch.empty(n + 1)), ValueError, "split sizes")
+check.refused("unequal parts refused", lambda: dist.all_to_all_single(torch.empty(n + 1), torch.empty(n + 1)), ValueError, "split sizes")
 t = torch.ones(2)
 dist.all_reduce(t)
 check("still usable", t.tolist() == [n, n])

@@ -29,15 +29,6 @@ def exact(parts, dt):
     return torch.stack([p.to(torch.float64) for p in parts]).sum(0).to(dt)
 
 
-def refused(name, f, exc, words):
-    try:
-        f()
-    except exc as e:
-        check(name, words in str(e))
-        return
-    check(name, False)
-
-
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # Factors as torch takes them: Python floats and one-element tensors (0-d and 1-d).
 FACTORS = (0.5, 3.0, torch.tensor([2.0]), torch.tensor(0.25, dtype=torch.float64))
@@ -152,7 +143,7 @@ want = torch.ones(4, dtype=torch.int64)
 for q in range(n):
     want = want * (torch.arange(4) + q + 1)
 check("all_reduce PRODUCT non-contiguous", same(mat[:, 1].contiguous(), want) and bool((mat[:, [0, 2]] == 1).all()))
-refused("BAND of floats refused", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), TypeError, "integer tensor")
+check.refused("BAND of floats refused", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND), TypeError, "integer tensor")
 
 # -- coalesced all_gather_into_tensor and reduce_scatter_tensor -----------------------------------
 # Sizes and dtypes differ between the pairs; the last is large (started: async Work).
@@ -287,21 +278,21 @@ dist.all_gather_object(seqs, mine)
 check(f"sequence numbers agree on every rank {seqs}", seqs[rank] == mine and seqs == [seqs[0]] * 2 + [seqs[0] - 2] * (n - 2))
 
 # -- errors ------------------------------------------------------------------------------------------
-refused("PREMUL_SUM of ints refused", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0)), TypeError, "floating-point")
-refused(
+check.refused("PREMUL_SUM of ints refused", lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0)), TypeError, "floating-point")
+check.refused(
     "coalesced lists of two lengths refused",
     lambda: pg.allgather_into_tensor_coalesced([torch.empty(n)], [torch.ones(1), torch.ones(1)]),
     ValueError,
     "one output for each input",
 )
-refused(
+check.refused(
     "coalesced reduce_scatter lists of two lengths refused",
     lambda: pg.reduce_scatter_tensor_coalesced([torch.empty(1), torch.empty(1)], [torch.ones(n)], dist.ReduceScatterOptions()),
     ValueError,
     "one output for each input",
 )
-refused("coalesced output of the wrong size refused", lambda: pg.allgather_into_tensor_coalesced([torch.empty(n + 1)], [torch.ones(1)]), ValueError, "times its elements")
-refused(
+check.refused("coalesced output of the wrong size refused", lambda: pg.allgather_into_tensor_coalesced([torch.empty(n + 1)], [torch.ones(1)]), ValueError, "times its elements")
+check.refused(
     "coalesced input of the wrong size refused",
     lambda: pg.reduce_scatter_tensor_coalesced([torch.empty(2)], [torch.ones(2 * n + 1)], dist.ReduceScatterOptions()),
     ValueError,
