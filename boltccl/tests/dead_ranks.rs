@@ -328,3 +328,95 @@ fn dead_rank_in_all_to_all_gather_reduce_over_shared_memory() {
 fn dead_rank_in_all_to_all_gather_reduce_over_verbs() {
     new_collectives(Backend::Verbs);
 }
+
+/// A rank: one barrier, a file saying so, then a message from rank 0 to each other rank. Rank 0
+/// sends only once the test says go (the others wait for it, stopped by the test), and exits
+/// at once after, without a goodbye (as `os._exit` does).
+#[test]
+fn last_word_worker() {
+    if !is_worker() {
+        return;
+    }
+    let g = boltccl::init().unwrap_or_else(|e| panic!("init: {e}"));
+    g.barrier().unwrap();
+    let dir = env("READY_DIR");
+    std::fs::write(Path::new(&dir).join(g.rank().to_string()), "").unwrap();
+    // Small: it fits the links' buffers, so rank 0 sends it while the others are stopped.
+    let mut x = vec![1.0f32; 256];
+    if g.rank() == 0 {
+        while !Path::new(&dir).join("go").exists() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for peer in 1..g.size() {
+            g.send(&x, peer).unwrap();
+        }
+        std::process::exit(0);
+    }
+    match g.recv(&mut x, 0) {
+        Ok(()) => println!("DONE {}", x.iter().sum::<f32>()),
+        Err(e) => println!("DONE error: {e}"),
+    }
+    let t = Instant::now();
+    match g.barrier() {
+        Ok(()) => println!("NEXT ok"),
+        Err(e) => println!("NEXT {} ms: {e}", t.elapsed().as_millis()),
+    }
+}
+
+/// A rank that sends its last message and exits at once (no goodbye) is not reported lost by
+/// ranks whose call that message completes, however soon its connections close after it; the
+/// next call reports it. The others are stopped while rank 0 sends and exits, so when they go
+/// on, its message and the news of its exit wait for them together.
+fn last_word(n: usize, backend: Backend) {
+    use rustix::process::{kill_process, Pid, Signal};
+    let _one = one_job_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let job = Job::new(n, "last_word_worker").env("READY_DIR", dir.path().display().to_string());
+    let job = match backend {
+        Backend::Tcp => job.env("BOLTCCL_BACKEND", "tcp"),
+        Backend::Shm => job.env("BOLTCCL_BACKEND", "shm"),
+        Backend::Verbs => job.envs(verbs_env(n)),
+    };
+    let mut ranks = job.spawn();
+    let until = Instant::now() + Duration::from_secs(60);
+    while (0..n).any(|r| !dir.path().join(r.to_string()).exists()) {
+        assert!(Instant::now() < until, "{n} ranks over {backend:?} never finished a first barrier");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The others wait for rank 0's message by now, asleep.
+    std::thread::sleep(Duration::from_millis(100));
+    let pid = |c: &std::process::Child| Pid::from_raw(c.id() as i32).unwrap();
+    for c in &ranks.children[1..] {
+        kill_process(pid(c), Signal::Stop).unwrap();
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let status = ranks.children[0].wait().unwrap();
+    assert!(status.success(), "rank 0: {status:?}: {}", ranks.stdout_so_far(0));
+    for c in &ranks.children[1..] {
+        kill_process(pid(c), Signal::Cont).unwrap();
+    }
+    for o in ranks.wait(Duration::from_secs(60)).iter().filter(|o| o.rank != 0) {
+        let label = format!("{n} ranks over {backend:?}, rank {}", o.rank);
+        let done = common::harness::results(std::slice::from_ref(o), "DONE ");
+        assert_eq!(done[0], "256", "{label}");
+        // Rank 0 is gone all the same: the next call says so, at once.
+        let next = o.field("NEXT ").unwrap();
+        let ms: u64 = next.split(' ').next().unwrap().parse().unwrap_or(u64::MAX);
+        assert!(next.contains("rank 0") && ms < 5_000, "{label}: next call: {next}");
+    }
+}
+
+#[test]
+fn a_last_message_before_exit_completes_the_call_over_tcp() {
+    last_word(3, Backend::Tcp);
+}
+
+#[test]
+fn a_last_message_before_exit_completes_the_call_over_shared_memory() {
+    last_word(3, Backend::Shm);
+}
+
+#[test]
+fn a_last_message_before_exit_completes_the_call_over_verbs() {
+    last_word(3, Backend::Verbs);
+}

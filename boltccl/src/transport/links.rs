@@ -29,8 +29,15 @@ impl Links {
         control: Box<dyn Control>,
         wait: WaitPolicy,
     ) -> Links {
-        let engine =
-            Engine { channels: vec![channel], route: vec![0; size], control, wait, pace: Pace::default(), told: false };
+        let engine = Engine {
+            channels: vec![channel],
+            route: vec![0; size],
+            control,
+            wait,
+            pace: Pace::default(),
+            told: false,
+            lost: None,
+        };
         Links { rank, size, engine, cabling: Cabling::uniform(size), aborted: false, attempts: 0 }
     }
 
@@ -137,6 +144,8 @@ impl Transport for Links {
         for c in self.engine.channels.iter_mut() {
             c.forget(&keep);
         }
+        // A loss noticed after the exchange it ended was done is the old group's news.
+        self.engine.lost = None;
         self.aborted = false;
         Ok(members)
     }

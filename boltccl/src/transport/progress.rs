@@ -49,6 +49,12 @@ pub(crate) trait Channel: Send {
     fn check(&mut self) -> Result<()> {
         Ok(())
     }
+    /// How long after a peer's message is in this rank's hands its arrival may still be hidden
+    /// from `pump`: zero where the peer's own writes are what `pump` reads (sockets, shared
+    /// memory); a device's completions (an RDMA NIC, softverbs' receive threads) land later.
+    fn arrival_lag(&self) -> Duration {
+        Duration::ZERO
+    }
     /// A peer whose process this channel can tell has exited (its link says so, not a
     /// silence). Asked once an exchange has failed, to find the cause.
     fn gone(&self) -> Option<usize> {
@@ -226,6 +232,9 @@ pub(crate) struct Engine {
     pub pace: Pace,
     /// The last exchange failed on the control plane's news, which is its own explanation.
     pub told: bool,
+    /// A peer found gone while the exchange it took part in could still finish on what it had
+    /// sent: the next exchange that waits reports it.
+    pub lost: Option<Error>,
 }
 
 impl Engine {
@@ -308,7 +317,7 @@ impl Engine {
         on_recv: &mut OnRecv<'_>,
         limits: &Limits,
     ) -> Result<()> {
-        let Engine { channels, control, wait, pace, told, .. } = self;
+        let Engine { channels, control, wait, pace, told, lost, .. } = self;
         let start = Instant::now();
         let mut last_progress = start;
         let mut longest = Duration::ZERO;
@@ -332,7 +341,9 @@ impl Engine {
             };
             if now >= next_control {
                 next_control = now + CONTROL_CHECK;
-                check(channels, control.as_mut(), told)?;
+                if let Err(e) = check(channels, control.as_mut(), told, lost) {
+                    return finish_on_what_arrived(e, channels, sends, recvs, on_recv, lost);
+                }
             }
             if now >= next_interrupt {
                 next_interrupt = now + INTERRUPT_EVERY;
@@ -381,7 +392,9 @@ impl Engine {
                     sleep(&mut fds, until.saturating_duration_since(now))?;
                     drop(fds);
                     // What woke us may be news, not data: read it at once.
-                    check(channels, control.as_mut(), told)?;
+                    if let Err(e) = check(channels, control.as_mut(), told, lost) {
+                        return finish_on_what_arrived(e, channels, sends, recvs, on_recv, lost);
+                    }
                     next_control = Instant::now() + CONTROL_CHECK;
                 }
             }
@@ -416,12 +429,57 @@ fn follow_waits(err: Error, waits_of: impl Fn(usize) -> Option<usize>) -> Error 
 /// from the control plane sets `told`: it already names the cause (another rank's abort), and
 /// looking again could only find a later, lesser event, such as that rank exiting after it
 /// sent the abort.
-fn check(channels: &mut [Box<dyn Channel>], control: &mut dyn Control, told: &mut bool) -> Result<()> {
-    if let Some(e) = control.check() {
+fn check(
+    channels: &mut [Box<dyn Channel>],
+    control: &mut dyn Control,
+    told: &mut bool,
+    lost: &mut Option<Error>,
+) -> Result<()> {
+    if let Some(e) = lost.take().or_else(|| control.check()) {
         *told = true;
         return Err(e);
     }
     channels.iter_mut().try_for_each(|c| c.check())
+}
+
+/// A peer is gone (`err`), but a peer sends its last message before it exits, and the news of
+/// its exit may be read before that message: take what has arrived (waiting out the channels'
+/// arrival lag), and if that completes the exchange, it succeeds and `err` waits in `lost`
+/// for the next exchange. Anything else (an abort, a protocol error) fails at once.
+fn finish_on_what_arrived(
+    err: Error,
+    channels: &mut [Box<dyn Channel>],
+    sends: &[SendOp<'_>],
+    recvs: &mut [RecvOp<'_>],
+    on_recv: &mut OnRecv<'_>,
+    lost: &mut Option<Error>,
+) -> Result<()> {
+    if !matches!(err, Error::PeerLost { .. }) {
+        return Err(err);
+    }
+    let lag = channels.iter().filter(|c| c.waiting_on().is_some()).map(|c| c.arrival_lag()).max();
+    let lag = lag.unwrap_or_default();
+    // Bounded: a dead peer sends nothing more, what the live ones send is this exchange's,
+    // and a lag without progress ends it.
+    let mut last_progress = Instant::now();
+    loop {
+        let mut moved = false;
+        for ch in channels.iter_mut() {
+            moved |= ch.pump(sends, recvs, on_recv)?;
+        }
+        if channels.iter().all(|c| c.waiting_on().is_none()) {
+            *lost = Some(err);
+            return Ok(());
+        }
+        let now = Instant::now();
+        if moved {
+            last_progress = now;
+        } else if now.duration_since(last_progress) >= lag {
+            return Err(err);
+        } else {
+            std::thread::sleep(NAP);
+        }
+    }
 }
 
 /// Sleep until one of `fds` is ready or `for_` has passed (rounded up to a millisecond).

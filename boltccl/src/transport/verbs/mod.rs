@@ -37,6 +37,9 @@ pub const MAX_MESSAGE: usize = crate::config::MAX_CHUNK_BYTES;
 const PORT: u8 = 1;
 /// How long a failed exchange waits for zero-copy sends to flush.
 const QUIESCE: Duration = Duration::from_secs(1);
+/// How long a completion may trail the data it reports (the NIC, or softverbs' receive threads,
+/// writes it): a peer's last messages before it exits are waited for that long.
+const ARRIVAL_LAG: Duration = Duration::from_millis(50);
 
 /// One rank's RDMA links: a UC queue pair per cable to every cabled peer.
 pub(crate) struct VerbsChannel {
@@ -91,6 +94,10 @@ impl Channel for VerbsChannel {
     fn wake_on<'a>(&'a self, _: &mut Vec<PollFd<'a>>) -> Wake {
         // Apple's provider has no completion channel: poll the completion queues.
         Wake::Nap
+    }
+
+    fn arrival_lag(&self) -> Duration {
+        ARRIVAL_LAG
     }
 
     fn quiesce(&mut self) {
