@@ -269,8 +269,8 @@ fn bytes_from_bits(x: u32) -> __m256i {
     _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
 }
 
-/// Block `b` of row `row` of a 5/6-bit or K-quant type as 32 weight bytes in element order:
-/// the integers `w` of step 1 (signed for Q5_0 and Q6_K, unsigned for the others).
+/// Block `b` of row `row` of a Q5_0 or Q5_1 type as 32 weight bytes in element order: the
+/// integers `w` of step 1 (signed for Q5_0, unsigned for Q5_1).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kweights<const T: u8>(op: &Operands, row: usize, b: usize) -> __m256i {
@@ -279,65 +279,130 @@ unsafe fn kweights<const T: u8>(op: &Operands, row: usize, b: usize) -> __m256i 
     // blocks (`operands` checks: each plane holds whole groups of every row).
     unsafe {
         let low = _mm256_set1_epi8(0x0F);
-        if T == T_Q5_0 || T == T_Q5_1 {
-            let blk = row * op.nb + b;
-            let p = op.qs.as_ptr().add(blk * 16);
-            _mm_prefetch::<PREFETCH_HINT>(p.cast::<i8>().wrapping_add(PREFETCH));
-            let q = _mm_loadu_si128(p as *const __m128i);
-            let v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(q), q), low);
-            let qh = (op.qh.as_ptr().add(blk * 4) as *const u32).read_unaligned();
-            let v = _mm256_or_si256(v, _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10)));
-            return if T == T_Q5_0 { _mm256_sub_epi8(v, _mm256_set1_epi8(16)) } else { v };
-        }
-        let (g, t) = (row * (op.nb / 8) + b / 8, b % 8);
-        if T == T_Q6_K {
-            let (half, qq) = (t / 4, t % 4);
-            let p = op.qs.as_ptr().add(g * 128 + 64 * half + 32 * (qq % 2));
-            _mm_prefetch::<PREFETCH_HINT>(p.cast::<i8>().wrapping_add(PREFETCH));
-            let q = _mm256_loadu_si256(p as *const __m256i);
-            let lo = if qq < 2 { q } else { _mm256_srli_epi16::<4>(q) };
-            let h = op.qh.as_ptr().add(g * 64 + 32 * half);
-            _mm_prefetch::<PREFETCH_HINT>(h.cast::<i8>().wrapping_add(PREFETCH / 2));
-            let qh = _mm256_loadu_si256(h as *const __m256i);
-            let hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * qq as i32)), _mm256_set1_epi8(3));
-            let v = _mm256_or_si256(_mm256_and_si256(lo, low), _mm256_slli_epi16::<4>(hb));
-            return _mm256_sub_epi8(v, _mm256_set1_epi8(32));
-        }
-        // Q4_K, Q5_K.
-        let p = op.qs.as_ptr().add(g * 128 + 32 * (t / 2));
+        let blk = row * op.nb + b;
+        let p = op.qs.as_ptr().add(blk * 16);
         _mm_prefetch::<PREFETCH_HINT>(p.cast::<i8>().wrapping_add(PREFETCH));
-        let q = _mm256_loadu_si256(p as *const __m256i);
-        let v = _mm256_and_si256(if t % 2 == 0 { q } else { _mm256_srli_epi16::<4>(q) }, low);
-        if T == T_Q5_K {
-            let qh = _mm256_loadu_si256(op.qh.as_ptr().add(g * 32) as *const __m256i);
-            let hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(t as i32)), _mm256_set1_epi8(1));
-            return _mm256_or_si256(v, _mm256_slli_epi16::<4>(hb));
+        let q = _mm_loadu_si128(p as *const __m128i);
+        let v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16::<4>(q), q), low);
+        let qh = (op.qh.as_ptr().add(blk * 4) as *const u32).read_unaligned();
+        let v = _mm256_or_si256(v, _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10)));
+        if T == T_Q5_0 {
+            _mm256_sub_epi8(v, _mm256_set1_epi8(16))
+        } else {
+            v
         }
-        v
     }
 }
 
-/// Steps 2 and 4's weight terms for block `b` of row `row`: the lanes' scales `c` (times the
-/// activation scale `dx`) and the minimum `mw` (0 for the types without one).
+/// Steps 2 and 4's weight terms for block `b` of a Q5_0 or Q5_1 row: the lanes' scale `c`
+/// (times the activation scale `dx`) and the minimum `mw` (0 for Q5_0).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kscales<const T: u8>(op: &Operands, row: usize, b: usize, dx: f32) -> (__m256, f32) {
     // SAFETY: as for `kweights`.
     unsafe {
-        if T == T_Q5_0 || T == T_Q5_1 {
-            let blk = row * op.nb + b;
-            let c = _mm256_set1_ps(h2f(*op.d.get_unchecked(blk)) * dx);
-            return (c, if T == T_Q5_1 { h2f(*op.m.get_unchecked(blk)) } else { 0.0 });
-        }
-        let (g, t) = (row * (op.nb / 8) + b / 8, b % 8);
-        let d = h2f(*op.d.get_unchecked(g));
+        let blk = row * op.nb + b;
+        let c = _mm256_set1_ps(h2f(*op.d.get_unchecked(blk)) * dx);
+        (c, if T == T_Q5_1 { h2f(*op.m.get_unchecked(blk)) } else { 0.0 })
+    }
+}
+
+/// A K-quant super-block's step-2 and step-4 terms for one row, for all eight of its blocks at
+/// once (the same roundings as [`super::kscales`], eight lanes at a time).
+#[derive(Clone, Copy)]
+struct SuperScales {
+    /// Q4_K, Q5_K: `c[t]` of block `t` (lanes 0-7). Q6_K: the sixteen sub-block scales, two
+    /// per block: `c[2t]` for its lanes 0-3, `c[2t + 1]` for 4-7.
+    c: [__m256; 2],
+    /// Q4_K, Q5_K: the minimum `mw[t]` of block `t`.
+    mw: [f32; 8],
+}
+
+/// Steps 2 and 4's terms of super-block `s` of row `row`, whose blocks start at `b0`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn super_scales<const T: u8>(op: &Operands, row: usize, s: usize, b0: usize, out: &mut SuperScales) {
+    // SAFETY: as for `kweights`; a super-block's sixteen scale bytes lie in `op.sc`.
+    unsafe {
+        let g = row * (op.nb / 8) + s;
+        let d = _mm256_set1_ps(h2f(*op.d.get_unchecked(g)));
+        let dx = _mm256_loadu_ps(op.ad.as_ptr().add(b0));
         let sc = op.sc.as_ptr().add(g * 16);
+        _mm_prefetch::<PREFETCH_HINT>(sc.cast::<i8>().wrapping_add(PREFETCH_SCALES));
         if T == T_Q6_K {
-            let (s0, s1) = (*sc.add(2 * t) as i8 as f32, *sc.add(2 * t + 1) as i8 as f32);
-            return (_mm256_set_m128(_mm_set1_ps((d * s1) * dx), _mm_set1_ps((d * s0) * dx)), 0.0);
+            let v = _mm_loadu_si128(sc as *const __m128i);
+            let lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+            let hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(v)));
+            // Scale k belongs to block k / 2.
+            let dlo = _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+            let dhi = _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+            out.c = [_mm256_mul_ps(_mm256_mul_ps(d, lo), dlo), _mm256_mul_ps(_mm256_mul_ps(d, hi), dhi)];
+            return;
         }
-        let c = _mm256_set1_ps((d * *sc.add(t) as f32) * dx);
-        (c, -(h2f(*op.m.get_unchecked(g)) * *sc.add(8 + t) as f32))
+        let scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(sc as *const __m128i)));
+        out.c[0] = _mm256_mul_ps(_mm256_mul_ps(d, scales), dx);
+        let dmin = _mm256_set1_ps(h2f(*op.m.get_unchecked(g)));
+        let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(sc.add(8) as *const __m128i)));
+        let mw = _mm256_xor_ps(_mm256_mul_ps(dmin, mins), _mm256_set1_ps(-0.0));
+        _mm256_storeu_ps(out.mw.as_mut_ptr(), mw);
+    }
+}
+
+/// Block `t`'s lane scales from [`SuperScales::c`] (`t` known at compile time once unrolled).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn block_scale<const T: u8>(c: &[__m256; 2], t: usize) -> __m256 {
+    if T == T_Q6_K {
+        let k = 2 * (t % 4) as i32;
+        _mm256_permutevar8x32_ps(c[t / 4], _mm256_setr_epi32(k, k, k, k, k + 1, k + 1, k + 1, k + 1))
+    } else {
+        _mm256_permutevar8x32_ps(c[0], _mm256_set1_epi32(t as i32))
+    }
+}
+
+/// Blocks `t` and `t + 1` (`t` even) of super-block `s` of row `row` as weight bytes in element
+/// order: the nibble (Q4_K), the 5-bit value (Q5_K), or the unsigned 6-bit value (Q6_K, whose
+/// `w` is this minus 32: the kernel subtracts 32 times the activations' lane sums).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pair_weights<const T: u8>(op: &Operands, row: usize, s: usize, t: usize) -> (__m256i, __m256i) {
+    // SAFETY: as for `kweights`.
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let g = row * (op.nb / 8) + s;
+        if T == T_Q6_K {
+            // Blocks 4h + k of half h: low nibbles of the 32 bytes at 32k (k = 0, 1), then
+            // high nibbles (k = 2, 3); bits 2k, 2k + 1 of the half's 32 `qh` bytes on top.
+            let (half, k) = (t / 4, t % 4);
+            let p = op.qs.as_ptr().add(g * 128 + 64 * half);
+            let h = op.qh.as_ptr().add(g * 64 + 32 * half);
+            if k == 0 {
+                _mm_prefetch::<PREFETCH_HINT>(p.cast::<i8>().wrapping_add(PREFETCH));
+                _mm_prefetch::<PREFETCH_HINT>(h.cast::<i8>().wrapping_add(PREFETCH / 2));
+            }
+            let (q0, q1) = (_mm256_loadu_si256(p as *const __m256i), _mm256_loadu_si256(p.add(32) as *const __m256i));
+            let (q0, q1) = if k == 0 { (q0, q1) } else { (_mm256_srli_epi16::<4>(q0), _mm256_srli_epi16::<4>(q1)) };
+            let qh = _mm256_loadu_si256(h as *const __m256i);
+            let three = _mm256_set1_epi8(3);
+            let h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), three);
+            let h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32 + 2)), three);
+            return (
+                _mm256_or_si256(_mm256_and_si256(q0, low), _mm256_slli_epi16::<4>(h0)),
+                _mm256_or_si256(_mm256_and_si256(q1, low), _mm256_slli_epi16::<4>(h1)),
+            );
+        }
+        let p = op.qs.as_ptr().add(g * 128 + 16 * t);
+        _mm_prefetch::<PREFETCH_HINT>(p.cast::<i8>().wrapping_add(PREFETCH));
+        let q = _mm256_loadu_si256(p as *const __m256i);
+        let (w0, w1) = (_mm256_and_si256(q, low), _mm256_and_si256(_mm256_srli_epi16::<4>(q), low));
+        if T == T_Q5_K {
+            let qh = _mm256_loadu_si256(op.qh.as_ptr().add(g * 32) as *const __m256i);
+            let one = _mm256_set1_epi8(1);
+            let h0 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(t as i32)), one);
+            let h1 = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(t as i32 + 1)), one);
+            return (_mm256_or_si256(w0, _mm256_slli_epi16::<4>(h0)), _mm256_or_si256(w1, _mm256_slli_epi16::<4>(h1)));
+        }
+        (w0, w1)
     }
 }
 
@@ -551,7 +616,7 @@ macro_rules! kernels {
                 }
             }
 
-            /// Steps 1-4 for block `b` of `R` rows from `r0` (5/6-bit and K-quant types), into
+            /// Steps 1-4 for block `b` of `R` rows from `r0` (Q5_0, Q5_1), into
             /// `acc` (the even or the odd accumulators, eight lanes in order).
             #[inline]
             #[target_feature(enable = $features)]
@@ -562,14 +627,10 @@ macro_rules! kernels {
                     let (dx, sx) = (*op.ad.get_unchecked(b), _mm256_set1_ps(*op.as_.get_unchecked(b)));
                     for i in 0..R {
                         let w = kweights::<T>(op, r0 + i, b);
-                        let l = if T == T_Q5_0 || T == T_Q6_K {
-                            dot_signed(w, a)
-                        } else {
-                            dot(_mm256_setzero_si256(), w, a)
-                        };
+                        let l = if T == T_Q5_0 { dot_signed(w, a) } else { dot(_mm256_setzero_si256(), w, a) };
                         let (c, mw) = kscales::<T>(op, r0 + i, b, dx);
                         acc[i] = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(l), acc[i]);
-                        if T == T_Q5_1 || T == T_Q4_K || T == T_Q5_K {
+                        if T == T_Q5_1 {
                             // Step 4 on lane 0; the other lanes add 0 * s, which leaves them
                             // unchanged (never -0, see `accumulate`).
                             acc[i] = _mm256_fmadd_ps(_mm256_setr_ps(mw, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0), sx, acc[i]);
@@ -578,7 +639,7 @@ macro_rules! kernels {
                 }
             }
 
-            /// `R` rows from `r0` of a 5/6-bit or K-quant type: steps 1-5 into `out`, or
+            /// `R` rows from `r0` of a Q5_0 or Q5_1 type: steps 1-5 into `out`, or
             /// (`EXACT`) step 6 into `exact`; even blocks of a unit into `x`, odd into `y`.
             #[inline]
             #[target_feature(enable = $features)]
@@ -622,6 +683,85 @@ macro_rules! kernels {
                 }
             }
 
+            /// `R` rows from `r0` of a K-quant type, a super-block (eight blocks) at a time:
+            /// the super-block's scales for its eight blocks in a few vector operations, one
+            /// load of quants for a block pair (Q4_K, Q5_K) and the activations' lane sums once
+            /// for all rows (Q6_K). Each lane sees the same operations as in `kgroup`, in the same
+            /// order: steps 1-5 into `out`, or (`EXACT`) step 6 into `exact` in units of
+            /// `op.unit` blocks (even, so a unit ends after a block pair).
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn sgroup<const T: u8, const R: usize, const EXACT: bool>(
+                op: &Operands,
+                r0: usize,
+                out: &mut [f32],
+                exact: &mut [f64],
+            ) {
+                // SAFETY: the caller keeps this function's contract (see `kweights`); `operands`
+                // checked that rows hold whole super-blocks.
+                unsafe {
+                    let (mut x, mut y) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
+                    let mut ex = [_mm256_setzero_pd(); R];
+                    let unit = if EXACT { op.unit } else { op.nb };
+                    let zero = SuperScales { c: [_mm256_setzero_ps(); 2], mw: [0.0; 8] };
+                    let mut ss = [zero; R];
+                    let has_min = T == T_Q4_K || T == T_Q5_K;
+                    for s in 0..op.nb / 8 {
+                        let b0 = 8 * s;
+                        for (i, si) in ss.iter_mut().enumerate() {
+                            super_scales::<T>(op, r0 + i, s, b0, si);
+                        }
+                        for t in [0, 2, 4, 6] {
+                            let b = b0 + t;
+                            let a0 = _mm256_loadu_si256(op.aq.as_ptr().add(b * 32) as *const __m256i);
+                            let a1 = _mm256_loadu_si256(op.aq.as_ptr().add(b * 32 + 32) as *const __m256i);
+                            // Q6_K: 32 times the activations' lane sums, taken from every row's lanes.
+                            let ones = _mm256_set1_epi8(1);
+                            let (z0, z1) = if T == T_Q6_K {
+                                (
+                                    _mm256_slli_epi32::<5>(dot(_mm256_setzero_si256(), ones, a0)),
+                                    _mm256_slli_epi32::<5>(dot(_mm256_setzero_si256(), ones, a1)),
+                                )
+                            } else {
+                                (_mm256_setzero_si256(), _mm256_setzero_si256())
+                            };
+                            let s0 = _mm256_set1_ps(*op.as_.get_unchecked(b));
+                            let s1 = _mm256_set1_ps(*op.as_.get_unchecked(b + 1));
+                            for i in 0..R {
+                                let (w0, w1) = pair_weights::<T>(op, r0 + i, s, t);
+                                let l0 = _mm256_sub_epi32(dot(_mm256_setzero_si256(), w0, a0), z0);
+                                let l1 = _mm256_sub_epi32(dot(_mm256_setzero_si256(), w1, a1), z1);
+                                let c = &ss[i].c;
+                                x[i] = _mm256_fmadd_ps(block_scale::<T>(c, t), _mm256_cvtepi32_ps(l0), x[i]);
+                                if has_min {
+                                    // Step 4 on lane 0; the other lanes add 0 * s (see `kblock`).
+                                    let m0 = _mm256_zextps128_ps256(_mm_load_ss(&ss[i].mw[t]));
+                                    x[i] = _mm256_fmadd_ps(m0, s0, x[i]);
+                                }
+                                y[i] = _mm256_fmadd_ps(block_scale::<T>(c, t + 1), _mm256_cvtepi32_ps(l1), y[i]);
+                                if has_min {
+                                    let m1 = _mm256_zextps128_ps256(_mm_load_ss(&ss[i].mw[t + 1]));
+                                    y[i] = _mm256_fmadd_ps(m1, s1, y[i]);
+                                }
+                            }
+                            if EXACT && ((b + 2) % unit == 0 || b + 2 == op.nb) {
+                                for i in 0..R {
+                                    to_grid(_mm256_add_ps(x[i], y[i]), &mut ex[i]);
+                                    (x[i], y[i]) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                                }
+                            }
+                        }
+                    }
+                    for i in 0..R {
+                        if EXACT {
+                            exact[i] = hsum_pd(ex[i]);
+                        } else {
+                            out[i] = hsum(_mm256_add_ps(x[i], y[i]));
+                        }
+                    }
+                }
+            }
+
             /// All rows of a 5/6-bit or K-quant type: groups of four, then one at a time.
             #[target_feature(enable = $features)]
             pub(super) unsafe fn krows<const T: u8, const EXACT: bool>(
@@ -637,10 +777,12 @@ macro_rules! kernels {
                         let k = if r + ROWS <= n { ROWS } else { 1 };
                         let (o, e) =
                             if EXACT { (&mut [][..], &mut exact[r..r + k]) } else { (&mut out[r..r + k], &mut [][..]) };
-                        if k == ROWS {
-                            kgroup::<T, ROWS, EXACT>(op, r, o, e);
-                        } else {
-                            kgroup::<T, 1, EXACT>(op, r, o, e);
+                        let super_blocks = T == T_Q4_K || T == T_Q5_K || T == T_Q6_K;
+                        match (super_blocks, k == ROWS) {
+                            (true, true) => sgroup::<T, ROWS, EXACT>(op, r, o, e),
+                            (true, false) => sgroup::<T, 1, EXACT>(op, r, o, e),
+                            (false, true) => kgroup::<T, ROWS, EXACT>(op, r, o, e),
+                            (false, false) => kgroup::<T, 1, EXACT>(op, r, o, e),
                         }
                         r += k;
                     }
