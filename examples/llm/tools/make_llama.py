@@ -13,7 +13,7 @@ entries so the embedding and output head have Llama 3's size; prompts are given 
     make_llama.py --shape 1b --tokenizer SmolLM2.gguf --llama-py target/llama-venv/bin/python \\
         --out llama-1b.Q4_K_M.gguf
 
-Needs gguf-py and numpy in this python (target/frameworks-venv has both).
+Needs gguf-py and numpy in this python (target/llama-venv, from scripts/llama-venv.sh, has both).
 """
 import argparse
 import math

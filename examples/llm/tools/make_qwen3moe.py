@@ -8,8 +8,8 @@ llama.cpp loads the file too.
     make_qwen3moe.py --tokenizer SmolLM2.gguf --out moe.Q4_K_M.gguf [--layers 15 --experts 32
         --used 4 --hidden 2048 --expert-ffn 1024 --heads 16 --kv-heads 4 --head-dim 128]
 
-Needs gguf-py and numpy in this python (e.g. target/frameworks-venv) and, for the
-quantisation, `--llama-py` (a python that imports llama_cpp, e.g. target/llama-venv).
+Needs gguf-py and numpy in this python and, for the quantisation, `--llama-py` (a python that
+imports llama_cpp): target/llama-venv (scripts/llama-venv.sh) has all three.
 """
 import argparse
 import sys

@@ -315,7 +315,8 @@ macro_rules! kernels {
             }
 
             /// Steps 1-4 for block `b` (position `j` in its unit) of `R` rows from `r0` (5/6-bit
-            /// and K-quant types).
+            /// and K-quant types). A K-quant row's terms are made once a super-block, into
+            /// `terms` (at its first block, or the first of a unit that starts inside one).
             #[inline]
             $(#[target_feature(enable = $feature)])?
             unsafe fn kblock<const T: u8, const R: usize>(
@@ -323,6 +324,7 @@ macro_rules! kernels {
                 r0: usize,
                 (b, j): (usize, usize),
                 acc: &mut [[float32x4_t; 4]; R],
+                terms: &mut [[([f32; 2], f32); 8]; R],
             ) {
                 // SAFETY: as for `kweights`; `sdot` runs only where `dot_rows` checked for it.
                 unsafe {
@@ -330,11 +332,17 @@ macro_rules! kernels {
                     let a1 = vld1q_s8(op.aq.as_ptr().add(b * 32 + 16));
                     let (dx, sx) = (*op.ad.get_unchecked(b), *op.as_.get_unchecked(b));
                     let par = 2 * (j % 2);
+                    let k_quant = T == T_Q4_K || T == T_Q5_K || T == T_Q6_K;
+                    if k_quant && (b % 8 == 0 || j == 0) {
+                        for i in 0..R {
+                            terms[i] = super::super::kscales_super(op, r0 + i, b / 8);
+                        }
+                    }
                     for i in 0..R {
                         let (w0, w1) = kweights::<T>(op, r0 + i, b);
                         let l0 = vcvtq_f32_s32($dot(w0, a0));
                         let l1 = vcvtq_f32_s32($dot(w1, a1));
-                        let (c, mw) = super::super::kscales(op, r0 + i, b, dx);
+                        let (c, mw) = if k_quant { terms[i][b % 8] } else { super::super::kscales(op, r0 + i, b, dx) };
                         acc[i][par] = vfmaq_f32(acc[i][par], l0, vdupq_n_f32(c[0]));
                         acc[i][par + 1] = vfmaq_f32(acc[i][par + 1], l1, vdupq_n_f32(c[1]));
                         if T == T_Q5_1 || T == T_Q4_K || T == T_Q5_K {
@@ -360,12 +368,13 @@ macro_rules! kernels {
                 let z = vdupq_n_f32(0.0);
                 let mut acc = [[z; 4]; R];
                 let mut ex = [[vdupq_n_f64(0.0); 2]; R];
+                let mut terms = [[([0f32; 2], 0f32); 8]; R];
                 let unit = if EXACT { op.unit } else { op.nb };
                 let mut u0 = 0;
                 while u0 < op.nb {
                     let ue = (u0 + unit).min(op.nb);
                     for b in u0..ue {
-                        kblock::<T, R>(op, r0, (b, b - u0), &mut acc);
+                        kblock::<T, R>(op, r0, (b, b - u0), &mut acc, &mut terms);
                     }
                     if EXACT {
                         for i in 0..R {

@@ -262,29 +262,34 @@ pub(crate) fn to_grid(v: f32) -> f64 {
     (v as f64 * (1u64 << GRID_BITS) as f64).round_ties_even()
 }
 
-/// Steps 2 and 4's weight terms for block `b` of row `row` of a 5/6-bit or K-quant type, for
-/// kernels without a vector f16 conversion: the scales `c` of lanes 0-3 and 4-7 (times the
-/// activation scale `dx`) and the minimum `mw` (0 for types without one).
+/// Steps 2 and 4's weight terms for block `b` of a Q5_0 or Q5_1 row, for kernels without a
+/// vector f16 conversion: the scales `c` of lanes 0-3 and 4-7 (times the activation scale
+/// `dx`) and the minimum `mw` (0 for Q5_0).
 #[allow(dead_code)] // used by the aarch64 kernels
 #[inline]
 pub(crate) fn kscales(op: &Operands, row: usize, b: usize, dx: f32) -> ([f32; 2], f32) {
     use super::rows::h2f;
-    match op.ty {
-        GgmlType::Q5_0 | GgmlType::Q5_1 => {
-            let blk = row * op.nb + b;
-            let c = h2f(op.d[blk]) * dx;
-            ([c; 2], if op.ty == GgmlType::Q5_1 { h2f(op.m[blk]) } else { 0.0 })
-        }
-        _ => {
-            let (g, t) = (row * (op.nb / 8) + b / 8, b % 8);
-            let d = h2f(op.d[g]);
-            let sc = &op.sc[g * 16..g * 16 + 16];
-            if op.ty == GgmlType::Q6_K {
-                ([(d * sc[2 * t] as i8 as f32) * dx, (d * sc[2 * t + 1] as i8 as f32) * dx], 0.0)
-            } else {
-                ([(d * sc[t] as f32) * dx; 2], -(h2f(op.m[g]) * sc[8 + t] as f32))
-            }
-        }
+    let blk = row * op.nb + b;
+    let c = h2f(op.d[blk]) * dx;
+    ([c; 2], if op.ty == GgmlType::Q5_1 { h2f(op.m[blk]) } else { 0.0 })
+}
+
+/// The same terms for the eight blocks of super-block `s` of row `row` of a K-quant type (the
+/// super-block's `f32(d)` times the sub-block's integer scale, Q6_K's two per block), one f16
+/// conversion a super-block.
+#[allow(dead_code)] // used by the aarch64 kernels
+#[inline]
+pub(crate) fn kscales_super(op: &Operands, row: usize, s: usize) -> [([f32; 2], f32); 8] {
+    use super::rows::h2f;
+    let g = row * (op.nb / 8) + s;
+    let d = h2f(op.d[g]);
+    let sc = &op.sc[g * 16..g * 16 + 16];
+    let dx = &op.ad[8 * s..8 * s + 8];
+    if op.ty == GgmlType::Q6_K {
+        std::array::from_fn(|t| ([(d * sc[2 * t] as i8 as f32) * dx[t], (d * sc[2 * t + 1] as i8 as f32) * dx[t]], 0.0))
+    } else {
+        let dmin = h2f(op.m[g]);
+        std::array::from_fn(|t| ([(d * sc[t] as f32) * dx[t]; 2], -(dmin * sc[8 + t] as f32)))
     }
 }
 

@@ -308,7 +308,7 @@ unsafe fn kscales<const T: u8>(op: &Operands, row: usize, b: usize, dx: f32) -> 
 }
 
 /// A K-quant super-block's step-2 and step-4 terms for one row, for all eight of its blocks at
-/// once (the same roundings as [`super::kscales`], eight lanes at a time).
+/// once (the same roundings as [`super::kscales_super`], eight lanes at a time).
 #[derive(Clone, Copy)]
 struct SuperScales {
     /// Q4_K, Q5_K: `c[t]` of block `t` (lanes 0-7). Q6_K: the sixteen sub-block scales, two
