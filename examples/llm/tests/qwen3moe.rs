@@ -7,7 +7,8 @@
 //! [`KEEP`] positions must agree within [`TOLERANCE`] and the [`STEPS`] greedy tokens must be
 //! equal at TP = 1, and TP = 1, 2 and 3 must choose the same tokens with the experts split
 //! either way (`tp`: a column slice of every expert per rank; `ep`: whole experts per rank,
-//! their outputs exchanged by all_to_all_v).
+//! their outputs exchanged by all_to_all_v); and `--moe ep` between two rank processes of the
+//! CLI prints what one rank prints.
 //!
 //! Needs the SmolLM2 GGUF (for its tokenizer) and target/llama-venv (or `LLAMA_PY`): skipped
 //! outside CI when either is missing, a failure in CI.
@@ -160,6 +161,52 @@ fn qwen3moe_f32_agrees_with_llama_cpp_and_across_splits() {
 #[test]
 fn qwen3moe_q8_0_agrees_with_llama_cpp_and_across_splits() {
     check(8, 32, "q8_0", TOLERANCE_Q8_0);
+}
+
+/// `--moe ep` between processes, as it runs between machines: the CLI at TP = 2 (two rank
+/// processes joined by boltccl over TCP, the experts' outputs exchanged by all_to_all_v) prints
+/// the text the CLI prints at TP = 1.
+#[test]
+fn qwen3moe_expert_parallel_across_processes_matches_one_rank() {
+    use std::process::{Command, Stdio};
+    let Some(smollm2) = smollm2_path() else { return };
+    let path = write_gguf(&spec(31), 0, &tokenizer_meta(&smollm2), "ep-processes");
+    let ids: Vec<String> = PROMPT.iter().map(|t| t.to_string()).collect();
+    let cli = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_boltccl-llm"));
+        c.arg("--model").arg(&path).args(["--prompt-ids", &ids.join(","), "--max-tokens", "8", "--moe", "ep"]);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    };
+    let one = cli().output().unwrap();
+    let err = String::from_utf8_lossy(&one.stderr);
+    assert!(one.status.success(), "TP=1 failed:\n{err}");
+    let port = boltccl::free_coordinator_port(std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            cli()
+                .env("BOLTCCL_RANK", r.to_string())
+                .env("BOLTCCL_WORLD_SIZE", "2")
+                .env("BOLTCCL_COORDINATOR", format!("127.0.0.1:{port}"))
+                .env("BOLTCCL_JOB_KEY", "qwen3moe-ep")
+                .env("BOLTCCL_BACKEND", "tcp")
+                .env("BOLTCCL_TIMEOUT_MS", "60000")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(o.status.success(), "rank {r} of TP=2 failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let err0 = String::from_utf8_lossy(&outs[0].stderr);
+    assert!(err0.contains("(world size 2)"), "rank 0 did not run in a world of 2:\n{err0}");
+    assert!(!one.stdout.is_empty(), "TP=1 printed nothing:\n{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&outs[0].stdout),
+        String::from_utf8_lossy(&one.stdout),
+        "--moe ep at TP=2 across processes printed other text than TP=1"
+    );
 }
 
 #[test]
