@@ -21,6 +21,10 @@ use crate::quant::GgmlType;
 const CHUNK: usize = 64;
 /// Rows multiplied together.
 const ROWS: usize = 4;
+/// Rows multiplied together by the K-quant kernels: two rows' accumulators leave registers for
+/// the unpacked quants (four spilled to the stack; two measured 5-10% faster on Q4_K and Q6_K,
+/// `benches/dot.rs`, 2026-12-02).
+const SUPER_ROWS: usize = 2;
 /// Bytes ahead of the quants being read to prefetch. The loops do enough arithmetic per byte
 /// that the hardware prefetcher alone keeps too few cache misses in flight: on the 2-core x86
 /// dev box (weights streamed from DRAM) prefetching 4 KiB ahead took the whole model's products
@@ -308,12 +312,14 @@ unsafe fn kscales<const T: u8>(op: &Operands, row: usize, b: usize, dx: f32) -> 
 }
 
 /// A K-quant super-block's step-2 and step-4 terms for one row, for all eight of its blocks at
-/// once (the same roundings as [`super::kscales_super`], eight lanes at a time).
+/// once (the same roundings as [`super::kscales_super`], eight lanes at a time). Kept in
+/// memory, not registers: the kernel reads each once, as an operand, and its registers hold
+/// the rows' accumulators.
 #[derive(Clone, Copy)]
 struct SuperScales {
-    /// Q4_K, Q5_K: `c[t]` of block `t` (lanes 0-7). Q6_K: the sixteen sub-block scales, two
-    /// per block: `c[2t]` for its lanes 0-3, `c[2t + 1]` for 4-7.
-    c: [__m256; 2],
+    /// Block `t`'s lane scales: `c[t]` in every lane (Q4_K, Q5_K), or Q6_K's two sub-block
+    /// scales, the first in lanes 0-3 and the second in 4-7.
+    c: [__m256; 8],
     /// Q4_K, Q5_K: the minimum `mw[t]` of block `t`.
     mw: [f32; 8],
 }
@@ -336,27 +342,22 @@ unsafe fn super_scales<const T: u8>(op: &Operands, row: usize, s: usize, b0: usi
             // Scale k belongs to block k / 2.
             let dlo = _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
             let dhi = _mm256_permutevar8x32_ps(dx, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
-            out.c = [_mm256_mul_ps(_mm256_mul_ps(d, lo), dlo), _mm256_mul_ps(_mm256_mul_ps(d, hi), dhi)];
+            let c = [_mm256_mul_ps(_mm256_mul_ps(d, lo), dlo), _mm256_mul_ps(_mm256_mul_ps(d, hi), dhi)];
+            for (t, ct) in out.c.iter_mut().enumerate() {
+                let k = 2 * (t % 4) as i32;
+                *ct = _mm256_permutevar8x32_ps(c[t / 4], _mm256_setr_epi32(k, k, k, k, k + 1, k + 1, k + 1, k + 1));
+            }
             return;
         }
         let scales = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(sc as *const __m128i)));
-        out.c[0] = _mm256_mul_ps(_mm256_mul_ps(d, scales), dx);
+        let c = _mm256_mul_ps(_mm256_mul_ps(d, scales), dx);
+        for (t, ct) in out.c.iter_mut().enumerate() {
+            *ct = _mm256_permutevar8x32_ps(c, _mm256_set1_epi32(t as i32));
+        }
         let dmin = _mm256_set1_ps(h2f(*op.m.get_unchecked(g)));
         let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(sc.add(8) as *const __m128i)));
         let mw = _mm256_xor_ps(_mm256_mul_ps(dmin, mins), _mm256_set1_ps(-0.0));
         _mm256_storeu_ps(out.mw.as_mut_ptr(), mw);
-    }
-}
-
-/// Block `t`'s lane scales from [`SuperScales::c`] (`t` known at compile time once unrolled).
-#[inline]
-#[target_feature(enable = "avx2")]
-fn block_scale<const T: u8>(c: &[__m256; 2], t: usize) -> __m256 {
-    if T == T_Q6_K {
-        let k = 2 * (t % 4) as i32;
-        _mm256_permutevar8x32_ps(c[t / 4], _mm256_setr_epi32(k, k, k, k, k + 1, k + 1, k + 1, k + 1))
-    } else {
-        _mm256_permutevar8x32_ps(c[0], _mm256_set1_epi32(t as i32))
     }
 }
 
@@ -703,7 +704,7 @@ macro_rules! kernels {
                     let (mut x, mut y) = ([_mm256_setzero_ps(); R], [_mm256_setzero_ps(); R]);
                     let mut ex = [_mm256_setzero_pd(); R];
                     let unit = if EXACT { op.unit } else { op.nb };
-                    let zero = SuperScales { c: [_mm256_setzero_ps(); 2], mw: [0.0; 8] };
+                    let zero = SuperScales { c: [_mm256_setzero_ps(); 8], mw: [0.0; 8] };
                     let mut ss = [zero; R];
                     let has_min = T == T_Q4_K || T == T_Q5_K;
                     for s in 0..op.nb / 8 {
@@ -731,14 +732,13 @@ macro_rules! kernels {
                                 let (w0, w1) = pair_weights::<T>(op, r0 + i, s, t);
                                 let l0 = _mm256_sub_epi32(dot(_mm256_setzero_si256(), w0, a0), z0);
                                 let l1 = _mm256_sub_epi32(dot(_mm256_setzero_si256(), w1, a1), z1);
-                                let c = &ss[i].c;
-                                x[i] = _mm256_fmadd_ps(block_scale::<T>(c, t), _mm256_cvtepi32_ps(l0), x[i]);
+                                x[i] = _mm256_fmadd_ps(ss[i].c[t], _mm256_cvtepi32_ps(l0), x[i]);
                                 if has_min {
                                     // Step 4 on lane 0; the other lanes add 0 * s (see `kblock`).
                                     let m0 = _mm256_zextps128_ps256(_mm_load_ss(&ss[i].mw[t]));
                                     x[i] = _mm256_fmadd_ps(m0, s0, x[i]);
                                 }
-                                y[i] = _mm256_fmadd_ps(block_scale::<T>(c, t + 1), _mm256_cvtepi32_ps(l1), y[i]);
+                                y[i] = _mm256_fmadd_ps(ss[i].c[t + 1], _mm256_cvtepi32_ps(l1), y[i]);
                                 if has_min {
                                     let m1 = _mm256_zextps128_ps256(_mm_load_ss(&ss[i].mw[t + 1]));
                                     y[i] = _mm256_fmadd_ps(m1, s1, y[i]);
@@ -772,17 +772,18 @@ macro_rules! kernels {
                 // SAFETY: the caller keeps this function's contract (see `kweights`).
                 unsafe {
                     let n = if EXACT { exact.len() } else { out.len() };
+                    let super_blocks = T == T_Q4_K || T == T_Q5_K || T == T_Q6_K;
+                    let rows = if super_blocks { SUPER_ROWS } else { ROWS };
                     let mut r = 0;
                     while r < n {
-                        let k = if r + ROWS <= n { ROWS } else { 1 };
+                        let k = if r + rows <= n { rows } else { 1 };
                         let (o, e) =
                             if EXACT { (&mut [][..], &mut exact[r..r + k]) } else { (&mut out[r..r + k], &mut [][..]) };
-                        let super_blocks = T == T_Q4_K || T == T_Q5_K || T == T_Q6_K;
-                        match (super_blocks, k == ROWS) {
-                            (true, true) => sgroup::<T, ROWS, EXACT>(op, r, o, e),
-                            (true, false) => sgroup::<T, 1, EXACT>(op, r, o, e),
-                            (false, true) => kgroup::<T, ROWS, EXACT>(op, r, o, e),
-                            (false, false) => kgroup::<T, 1, EXACT>(op, r, o, e),
+                        match (super_blocks, k) {
+                            (true, SUPER_ROWS) => sgroup::<T, SUPER_ROWS, EXACT>(op, r, o, e),
+                            (true, _) => sgroup::<T, 1, EXACT>(op, r, o, e),
+                            (false, ROWS) => kgroup::<T, ROWS, EXACT>(op, r, o, e),
+                            (false, _) => kgroup::<T, 1, EXACT>(op, r, o, e),
                         }
                         r += k;
                     }
