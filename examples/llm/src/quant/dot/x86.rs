@@ -155,6 +155,37 @@ fn to_grid(t: __m256, acc: &mut __m256d) {
     }
 }
 
+/// Step 6 at the end of a unit, for each of `R` rows: the lanes `t = x + y` onto the row's grid
+/// accumulator `ex`, and `x`, `y` start again from zero.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn end_unit<const R: usize>(x: &mut [__m256; R], y: &mut [__m256; R], ex: &mut [__m256d; R]) {
+    for i in 0..R {
+        to_grid(_mm256_add_ps(x[i], y[i]), &mut ex[i]);
+        (x[i], y[i]) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    }
+}
+
+/// The `R` rows' results from accumulators `x`, `y` (even and odd blocks): step 5 into `out`,
+/// or (`EXACT`) the grid sums `ex` into `exact`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn finish_rows<const R: usize, const EXACT: bool>(
+    x: &[__m256; R],
+    y: &[__m256; R],
+    ex: &[__m256d; R],
+    out: &mut [f32],
+    exact: &mut [f64],
+) {
+    for i in 0..R {
+        if EXACT {
+            exact[i] = hsum_pd(ex[i]);
+        } else {
+            out[i] = hsum(_mm256_add_ps(x[i], y[i]));
+        }
+    }
+}
+
 /// One f16 bit pattern as f32 (exact).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
@@ -667,20 +698,11 @@ macro_rules! kernels {
                             b += 2;
                         }
                         if EXACT {
-                            for i in 0..R {
-                                to_grid(_mm256_add_ps(x[i], y[i]), &mut ex[i]);
-                                (x[i], y[i]) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                            }
+                            end_unit(&mut x, &mut y, &mut ex);
                         }
                         u0 = ue;
                     }
-                    for i in 0..R {
-                        if EXACT {
-                            exact[i] = hsum_pd(ex[i]);
-                        } else {
-                            out[i] = hsum(_mm256_add_ps(x[i], y[i]));
-                        }
-                    }
+                    finish_rows::<R, EXACT>(&x, &y, &ex, out, exact);
                 }
             }
 
@@ -745,20 +767,11 @@ macro_rules! kernels {
                                 }
                             }
                             if EXACT && ((b + 2) % unit == 0 || b + 2 == op.nb) {
-                                for i in 0..R {
-                                    to_grid(_mm256_add_ps(x[i], y[i]), &mut ex[i]);
-                                    (x[i], y[i]) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-                                }
+                                end_unit(&mut x, &mut y, &mut ex);
                             }
                         }
                     }
-                    for i in 0..R {
-                        if EXACT {
-                            exact[i] = hsum_pd(ex[i]);
-                        } else {
-                            out[i] = hsum(_mm256_add_ps(x[i], y[i]));
-                        }
-                    }
+                    finish_rows::<R, EXACT>(&x, &y, &ex, out, exact);
                 }
             }
 
