@@ -233,7 +233,7 @@ pub(crate) struct Engine {
     /// The last exchange failed on the control plane's news, which is its own explanation.
     pub told: bool,
     /// A peer found gone while the exchange it took part in could still finish on what it had
-    /// sent: the next exchange that waits reports it.
+    /// sent: the next exchange fails with it at once.
     pub lost: Option<Error>,
 }
 
@@ -248,6 +248,11 @@ impl Engine {
         on_recv: &mut OnRecv<'_>,
         limits: &Limits,
     ) -> Result<()> {
+        if let Some(e) = self.lost.take() {
+            // Known before this exchange began, and its own explanation.
+            self.told = true;
+            return Err(e);
+        }
         for (c, ch) in self.channels.iter_mut().enumerate() {
             let route = &self.route;
             ch.begin(sends, recvs, &|peer| route[peer] == c)?;
@@ -341,7 +346,7 @@ impl Engine {
             };
             if now >= next_control {
                 next_control = now + CONTROL_CHECK;
-                if let Err(e) = check(channels, control.as_mut(), told, lost) {
+                if let Err(e) = check(channels, control.as_mut(), told) {
                     return finish_on_what_arrived(e, channels, sends, recvs, on_recv, lost);
                 }
             }
@@ -392,7 +397,7 @@ impl Engine {
                     sleep(&mut fds, until.saturating_duration_since(now))?;
                     drop(fds);
                     // What woke us may be news, not data: read it at once.
-                    if let Err(e) = check(channels, control.as_mut(), told, lost) {
+                    if let Err(e) = check(channels, control.as_mut(), told) {
                         return finish_on_what_arrived(e, channels, sends, recvs, on_recv, lost);
                     }
                     next_control = Instant::now() + CONTROL_CHECK;
@@ -429,13 +434,8 @@ fn follow_waits(err: Error, waits_of: impl Fn(usize) -> Option<usize>) -> Error 
 /// from the control plane sets `told`: it already names the cause (another rank's abort), and
 /// looking again could only find a later, lesser event, such as that rank exiting after it
 /// sent the abort.
-fn check(
-    channels: &mut [Box<dyn Channel>],
-    control: &mut dyn Control,
-    told: &mut bool,
-    lost: &mut Option<Error>,
-) -> Result<()> {
-    if let Some(e) = lost.take().or_else(|| control.check()) {
+fn check(channels: &mut [Box<dyn Channel>], control: &mut dyn Control, told: &mut bool) -> Result<()> {
+    if let Some(e) = control.check() {
         *told = true;
         return Err(e);
     }
@@ -444,8 +444,9 @@ fn check(
 
 /// A peer is gone (`err`), but a peer sends its last message before it exits, and the news of
 /// its exit may be read before that message: take what has arrived (waiting out the channels'
-/// arrival lag), and if that completes the exchange, it succeeds and `err` waits in `lost`
-/// for the next exchange. Anything else (an abort, a protocol error) fails at once.
+/// arrival lag), and if that completes the exchange, it succeeds and `err` waits in `lost`:
+/// the next exchange fails with it at once. Anything else (an abort, a protocol error) fails
+/// at once.
 fn finish_on_what_arrived(
     err: Error,
     channels: &mut [Box<dyn Channel>],
@@ -465,7 +466,10 @@ fn finish_on_what_arrived(
     loop {
         let mut moved = false;
         for ch in channels.iter_mut() {
-            moved |= ch.pump(sends, recvs, on_recv)?;
+            // A link failing now fails because of the loss (a peer that saw it withdrew what
+            // it was sending): the loss is the cause to report.
+            let Ok(m) = ch.pump(sends, recvs, on_recv) else { return Err(err) };
+            moved |= m;
         }
         if channels.iter().all(|c| c.waiting_on().is_none()) {
             *lost = Some(err);
