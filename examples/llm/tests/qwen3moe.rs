@@ -79,7 +79,7 @@ fn write_gguf(s: &Spec, quant: u32, tokenizer: &[(String, Value)], tag: &str) ->
         (k("embedding_length"), u(s.hidden)),
         (k("block_count"), u(s.layers)),
         (k("feed_forward_length"), u(4 * s.hidden)),
-        (k("expert_feed_forward_length"), u(EXPERT_FFN)),
+        (k("expert_feed_forward_length"), u(s.ffn)),
         (k("expert_count"), u(EXPERTS)),
         (k("expert_used_count"), u(USED)),
         (k("attention.head_count"), u(s.heads)),
@@ -100,7 +100,7 @@ fn write_gguf(s: &Spec, quant: u32, tokenizer: &[(String, Value)], tag: &str) ->
         raw.push(RawTensor { name: g, shape: t.shape, ty, bytes: gw::encode_as(ty, &t.data).0 });
     }
     let mut rng = Rng::new(s.seed ^ 0x5eed);
-    let (h, f, e) = (s.hidden, EXPERT_FFN, EXPERTS);
+    let (h, f, e) = (s.hidden, s.ffn, EXPERTS);
     for l in 0..s.layers {
         // The router is f32 in llama.cpp's files whatever the quantisation.
         let router = randn(&mut rng, e * h, 1.0 / (h as f32).sqrt());
@@ -148,6 +148,32 @@ fn check(quant: u32, seed: u64, tag: &str, tolerance: f32) {
                 // only by the attention all_sum's rounding.
                 let d = common::max_diff(&other.logits[..1], &ours.logits[..1]);
                 eprintln!("{tag}: ep at TP = {tp}: first logits within {d:.2e} of TP = 1");
+            }
+        }
+    }
+}
+
+/// Experts 1536 features wide in Q8_0 (48 blocks) split into whole exact units (128 features)
+/// at TP = 2, 3 and 4, so their down products are exact: the logits must have the same bits
+/// with either split at every TP, as the dense layers' do (`tp_equivalence.rs`).
+#[test]
+fn qwen3moe_exact_experts_give_the_same_bits_at_every_split() {
+    let s = Spec { ffn: 1536, ..spec(33) };
+    let path = write_gguf(&s, 8, &[], "exact");
+    let ck = loader::open(&path).unwrap();
+    let src = ck.weights.as_ref();
+    let opts = LoadOptions::default();
+    let one = run_tp_split(src, 1, &PROMPT, 4, opts, MoeSplit::Tp);
+    for split in [MoeSplit::Tp, MoeSplit::Ep] {
+        for tp in 1..=4 {
+            let other = run_tp_split(src, tp, &PROMPT, 4, opts, split);
+            assert_eq!(other.tokens, one.tokens, "{split:?} experts at TP = {tp}: other tokens than TP = 1");
+            for (pos, (a, b)) in other.logits.iter().zip(&one.logits).enumerate() {
+                assert!(
+                    common::bits(a) == common::bits(b),
+                    "{split:?} experts at TP = {tp}: logits at position {pos} are not TP = 1's bits (max diff {:.2e})",
+                    common::max_diff(std::slice::from_ref(a), std::slice::from_ref(b))
+                );
             }
         }
     }

@@ -68,13 +68,17 @@ pub(super) fn quantized_for<'a>(mats: &[&Mat], x: &[f32], q: &'a mut Q8Act) -> O
 fn add_all_sum(s: &mut Scratch, exact: bool, comm: &dyn Comm) -> anyhow::Result<()> {
     if exact {
         comm.all_sum_f64(&mut s.part64)?;
-        let back = 1.0 / (1u64 << GRID_BITS) as f64;
-        s.x.iter_mut().zip(&s.part64).for_each(|(a, b)| *a += (b * back) as f32);
+        s.x.iter_mut().zip(&s.part64).for_each(|(a, &b)| *a += from_grid(b));
     } else {
         comm.all_sum(&mut s.part)?;
         s.x.iter_mut().zip(&s.part).for_each(|(a, b)| *a += b);
     }
     Ok(())
+}
+
+/// An exact sum (an integer, the value scaled up by 2^GRID_BITS) as the f32 it stands for.
+pub(super) fn from_grid(v: f64) -> f32 {
+    (v * (1.0 / (1u64 << GRID_BITS) as f64)) as f32
 }
 
 /// `part` (f32 partial) or `part64` (exact) sized for `n` values.

@@ -129,6 +129,7 @@ fn expert_cols(
     name: &str,
     r: Range<usize>,
     c: Range<usize>,
+    exact: Option<usize>,
     opts: LoadOptions,
 ) -> anyhow::Result<Mat> {
     if c.is_empty() {
@@ -137,7 +138,9 @@ fn expert_cols(
     if opts.weights != WeightMode::F32 {
         if let Some(q) = src.quant_rows(name, r.clone())? {
             if let Some(s) = q.slice_cols(c.clone()) {
-                return Ok(quantized(s, opts, true));
+                let mut m = quantized(s, opts, true);
+                m.exact_unit = exact.filter(|_| m.q8).map(|u| u / QK);
+                return Ok(m);
             }
         }
     }
@@ -167,6 +170,14 @@ fn moe_layer(
         MoeSplit::Tp => plan.ffn.clone(),
         MoeSplit::Ep => 0..f,
     };
+    // Exact down products (step 6 of `crate::quant::dot`) where every rank's share is whole
+    // units: then each expert's output has the same bits whichever ranks computed its parts.
+    let unit = crate::shard::lcm(DOWN_UNIT, cfg.down_proj_block);
+    let in_units = match plan.moe {
+        MoeSplit::Tp => plan.ffn_in_units_of(cfg, unit),
+        MoeSplit::Ep => f.is_multiple_of(unit),
+    };
+    let exact = opts.weights == WeightMode::Q8 && in_units && block_quantized(src, &n(names::EXPERTS_DOWN))?;
     let mut experts = Vec::with_capacity(plan.experts.len());
     for e in plan.experts.clone() {
         let r = e * f + c.start..e * f + c.end;
@@ -175,12 +186,19 @@ fn moe_layer(
                 index: e,
                 gate: put(rows(src, &n(names::EXPERTS_GATE), r.clone(), h, opts)?)?,
                 up: put(rows(src, &n(names::EXPERTS_UP), r.clone(), h, opts)?)?,
-                down: put(expert_cols(src, &n(names::EXPERTS_DOWN), e * h..(e + 1) * h, c.clone(), opts)?)?,
+                down: put(expert_cols(
+                    src,
+                    &n(names::EXPERTS_DOWN),
+                    e * h..(e + 1) * h,
+                    c.clone(),
+                    exact.then_some(DOWN_UNIT),
+                    opts,
+                )?)?,
             })
         };
         experts.push(expert().with_context(|| format!("layer {i}, expert {e}"))?);
     }
-    Ok(MoeLayer { router, experts })
+    Ok(MoeLayer { router, experts, exact })
 }
 
 impl Model {

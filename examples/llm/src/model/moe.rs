@@ -12,16 +12,21 @@
 //!   them; one all_to_all_v hands every rank every expert's outputs (each rank keeps the whole
 //!   residual, so each needs them all), and each rank sums them per token.
 //!
-//! Either way a token's chosen experts are summed in expert index order. With `ep` each
-//! expert's output is computed whole by one rank, with the arithmetic one rank alone would
-//! use, so the layer's output has the same bits at every number of ranks.
+//! When the experts' down products are exact ([`MoeLayer::exact`], the default for
+//! block-quantised files whose expert width splits in whole units), `tp` instead all_sums each
+//! chosen expert's partial outputs (`t x k x hidden` values, integers on a grid, in f64),
+//! and every rank weights the exact sums itself. Either way a token's chosen experts are
+//! weighted and summed in expert index order, from each expert's output with the same bits
+//! whichever ranks computed it, so the layer's output has the same bits with either split and
+//! at every number of ranks. (With f32 down products `ep` keeps that property, each expert
+//! being computed whole by one rank, and `tp` rounds its partial sums per split.)
 
 use anyhow::{ensure, Context};
 
-use super::cpu::{quantized_for, sized, Scratch};
+use super::cpu::{from_grid, quantized_for, sized, Scratch};
 use super::{Layer, Model};
 use crate::comm::Comm;
-use crate::ops::{products, rmsnorm, silu, softmax, Mat};
+use crate::ops::{products, products_exact, rmsnorm, silu, softmax, Mat};
 use crate::quant::Q8Act;
 use crate::shard::{split_range, MoeSplit};
 
@@ -43,6 +48,10 @@ pub(super) struct MoeLayer {
     pub(super) router: Mat,
     /// The experts this rank holds, in index order ([`crate::shard::ShardPlan::experts`]).
     pub(super) experts: Vec<Expert>,
+    /// Whether the experts' down products are exact (integers on a grid, [`products_exact`]),
+    /// on every rank alike: then `tp` sums each expert's partial outputs exactly, and every
+    /// split and number of ranks gives each expert's output the same bits.
+    pub(super) exact: bool,
 }
 
 impl MoeLayer {
@@ -104,10 +113,17 @@ impl Model {
                 tokens[e].push(tok);
             }
         }
-        // This rank's experts' outputs, one block per expert in index order.
-        let mut mine = Vec::new();
+        // This rank's experts' outputs, one block per expert in index order: exact partials
+        // (scaled up by 2^GRID_BITS) or f32.
+        let (mut mine, mut mine64) = (Vec::new(), Vec::new());
         for ex in &m.experts {
-            expert_out(ex, &tokens[ex.index], xn, h, &mut mine).with_context(|| format!("expert {}", ex.index))?;
+            let toks = &tokens[ex.index];
+            if m.exact {
+                expert_out_exact(ex, toks, xn, h, &mut mine64)
+            } else {
+                expert_out(ex, toks, xn, h, &mut mine)
+            }
+            .with_context(|| format!("expert {}", ex.index))?;
         }
         // Where each expert's block starts in `all`, which holds every expert's in index order.
         let mut start = vec![0usize; n_exp + 1];
@@ -121,12 +137,20 @@ impl Model {
                     "tensor-parallel experts: this rank holds {} of {n_exp}",
                     m.experts.len()
                 );
-                mine
+                if m.exact {
+                    comm.all_sum_f64(&mut mine64).context("all_sum of the experts' exact partials")?;
+                    mine64.iter().map(|&v| from_grid(v)).collect()
+                } else {
+                    mine
+                }
             }
             MoeSplit::Ep => {
                 // Every rank needs every expert's outputs (the residual is replicated), so each
                 // sends its block to every rank, itself included; ranks hold contiguous expert
                 // ranges in rank order, so what arrives is in expert index order.
+                if m.exact {
+                    mine = mine64.iter().map(|&v| from_grid(v)).collect();
+                }
                 let size = self.plan.size;
                 let counts: Vec<usize> = (0..size)
                     .map(|r| {
@@ -147,8 +171,8 @@ impl Model {
                 all
             }
         };
-        // Each token's experts, weighted, in expert index order. With `tp` these are this
-        // rank's partial sums.
+        // Each token's experts, weighted, in expert index order. With inexact `tp` these are
+        // this rank's partial sums.
         let mut out = vec![0f32; t * h];
         let mut seen = vec![0usize; n_exp];
         for (tok, (o, r)) in out.chunks_exact_mut(h).zip(&routes).enumerate() {
@@ -159,7 +183,7 @@ impl Model {
                 o.iter_mut().zip(&all[at..at + h]).for_each(|(a, y)| *a += w * y);
             }
         }
-        if self.plan.moe == MoeSplit::Tp {
+        if self.plan.moe == MoeSplit::Tp && !m.exact {
             comm.all_sum(&mut out)?;
         }
         s.x.iter_mut().zip(&out).for_each(|(a, b)| *a += b);
@@ -174,6 +198,33 @@ fn expert_out(ex: &Expert, toks: &[usize], xn: &[f32], h: usize, out: &mut Vec<f
     if n == 0 {
         return Ok(());
     }
+    let hb = expert_hidden(ex, toks, xn, h)?;
+    let mut qh = Q8Act::new();
+    let qh = quantized_for(&[&ex.down], &hb, &mut qh);
+    let at = out.len();
+    out.resize(at + n * h, 0.0);
+    products(&[&ex.down], &hb, qh, n, &mut out[at..])
+}
+
+/// [`expert_out`] with exact down products: integers scaled by 2^GRID_BITS, in f64. A rank
+/// holding none of the expert's features appends zeros.
+fn expert_out_exact(ex: &Expert, toks: &[usize], xn: &[f32], h: usize, out: &mut Vec<f64>) -> anyhow::Result<()> {
+    let n = toks.len();
+    let at = out.len();
+    out.resize(at + n * h, 0.0);
+    if n == 0 || ex.down.cols == 0 {
+        return Ok(());
+    }
+    let hb = expert_hidden(ex, toks, xn, h)?;
+    let mut q = Q8Act::new();
+    let qh = quantized_for(&[&ex.down], &hb, &mut q).context("exact products take Q8 inputs")?;
+    products_exact(&ex.down, qh, n, &mut out[at..])
+}
+
+/// `silu(gate · x) * (up · x)` for the tokens `toks` of `xn`: `toks.len() x` the expert's
+/// features held here.
+fn expert_hidden(ex: &Expert, toks: &[usize], xn: &[f32], h: usize) -> anyhow::Result<Vec<f32>> {
+    let n = toks.len();
     let xe: Vec<f32> = toks.iter().flat_map(|&tok| xn[tok * h..(tok + 1) * h].iter().copied()).collect();
     let nf = ex.gate.rows;
     let mut q = Q8Act::new();
@@ -181,10 +232,5 @@ fn expert_out(ex: &Expert, toks: &[usize], xn: &[f32], h: usize, out: &mut Vec<f
     let mut gu = vec![0f32; 2 * n * nf];
     products(&[&ex.gate, &ex.up], &xe, qx, n, &mut gu)?;
     let (g, u) = gu.split_at(n * nf);
-    let hb: Vec<f32> = g.iter().zip(u).map(|(&g, &u)| silu(g) * u).collect();
-    let mut qh = Q8Act::new();
-    let qh = quantized_for(&[&ex.down], &hb, &mut qh);
-    let at = out.len();
-    out.resize(at + n * h, 0.0);
-    products(&[&ex.down], &hb, qh, n, &mut out[at..])
+    Ok(g.iter().zip(u).map(|(&g, &u)| silu(g) * u).collect())
 }
