@@ -16,7 +16,7 @@
 #   ROUNDS=5 scripts/bench.sh llm
 # Another GGUF: MODEL=path (e.g. a synthetic shape from examples/llm/tools/make_llama.py) and
 # PROMPT_IDS=1,2,3 to feed token ids (both sides run the same ids, no chat template); then a
-# last check compares TP=1's logits after the prompt and 8 greedy tokens with llama.cpp's.
+# last check compares TP=1's logits at the first 8 positions with llama.cpp's (teacher-forced).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -161,21 +161,29 @@ else
   echo "llama.cpp rows not run (LLAMA_PY=$LLAMA_PY has no llama_cpp)"
 fi
 if [ "$have_llama" = 1 ] && [ -n "$IDS" ]; then
-  # TP=1's logits after the prompt and 8 greedy tokens against llama.cpp's (one thread each).
-  taskset -c "$C0" "$B/boltccl-llm" --model "$M" --prompt-ids "$IDS" --max-tokens 8 --threads 1 \
-    --dump-logits "$RES/ours.f32" >"$RES/ours.txt" 2>/dev/null
-  theirs="$(taskset -c "$C0" "$LLAMA_PY" "$ROOT/examples/llm/tools/llama_cpp_logits.py" "$M" "$IDS" 8 1 "$RES/theirs.f32")"
-  "$LLAMA_PY" - "$RES/ours.f32" "$RES/theirs.f32" "$M" "$theirs" "$RES/ours.txt" <<'PY'
+  # The first 8 positions, teacher-forced: llama.cpp runs 8 greedy steps (one thread) and keeps
+  # the logits of each; TP=1 (one thread) is fed the prompt plus llama.cpp's first k tokens
+  # for k = 0..7, so both sides score the same inputs at every position, whatever each would
+  # have chosen on its own.
+  theirs="$(taskset -c "$C0" "$LLAMA_PY" "$ROOT/examples/llm/tools/llama_cpp_logits.py" "$M" "$IDS" 8 8 "$RES/theirs.f32")"
+  forced="$IDS"
+  for k in $(seq 0 7); do
+    taskset -c "$C0" "$B/boltccl-llm" --model "$M" --prompt-ids "$forced" --max-tokens 1 --threads 1 \
+      --dump-logits "$RES/ours$k.f32" >/dev/null 2>&1
+    forced="$forced,$(echo "$theirs" | "$LLAMA_PY" -c 'import json, sys; print(json.load(sys.stdin)["tokens"]['"$k"'])')"
+  done
+  "$LLAMA_PY" - "$RES" "$theirs" <<'PY'
 import json, sys
 import numpy as np
-from llama_cpp import Llama
-a, b = (np.fromfile(p, dtype="<f4") for p in sys.argv[1:3])
-b = b[: a.size]
-print(f"logits after the prompt, TP=1 vs llama.cpp: max |diff| {np.abs(a - b).max():.3g} (largest |logit| {np.abs(b).max():.3g}); first token {a.argmax()} vs {b.argmax()}")
-vocab = Llama(model_path=sys.argv[3], vocab_only=True, verbose=False)
-theirs = vocab.detokenize(json.loads(sys.argv[4])["tokens"]).decode("utf-8", "replace")
-ours = open(sys.argv[5], encoding="utf-8", errors="replace").read().strip()
-print(f"8 greedy tokens, as text: ours {ours!r}, llama.cpp {theirs.strip()!r}: {'same' if ours == theirs.strip() else 'DIFFERENT'}")
+res, theirs = sys.argv[1], json.loads(sys.argv[2])
+rows = np.fromfile(f"{res}/theirs.f32", dtype="<f4").reshape(8, theirs["vocab"])
+ours = [np.fromfile(f"{res}/ours{k}.f32", dtype="<f4")[: theirs["vocab"]] for k in range(8)]
+diffs = [float(np.abs(a - b).max()) for a, b in zip(ours, rows)]
+mine = [int(a.argmax()) for a in ours]
+same = sum(a == b for a, b in zip(mine, theirs["tokens"]))
+print(f"logits of the first 8 positions (teacher-forced with llama.cpp's tokens), TP=1 vs llama.cpp: "
+      f"max |diff| per position {' '.join(f'{d:.3g}' for d in diffs)}; largest |logit| {np.abs(rows).max():.3g}")
+print(f"greedy tokens: llama.cpp {theirs['tokens']}, TP=1 {mine}: {same}/8 the same")
 PY
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
