@@ -1,10 +1,11 @@
 //! Micro-benchmarks of the CPU's matrix-vector kernels: one weight matrix of each block type,
 //! 2048 columns (Llama-3.2-1B's hidden size) and about 48 MB (past the last-level cache, as a
 //! model's weights are), times one Q8 activation vector on one thread; throughput in weight
-//! bytes. `cargo bench -p boltccl-llm --bench dot`
+//! bytes; for the K-quants also the exact sums of row-parallel shards. `cargo bench -p
+//! boltccl-llm --bench dot`
 //! (`BOLTCCL_LLM_ISA=avx2` and the like compare instruction sets).
 
-use boltccl_llm::quant::dot::dot_rows;
+use boltccl_llm::quant::dot::{dot_rows, dot_rows_exact};
 use boltccl_llm::quant::{GgmlType, Q8Act, QuantRows};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use half::f16;
@@ -53,6 +54,17 @@ fn kernels(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new(format!("{ty:?}"), w.size_bytes()), &w, |b, w| {
             b.iter(|| dot_rows(w, 0..w.rows(), a.view(), &mut out))
         });
+        // The exact sums of row-parallel shards (step 6), in units of 4 and 8 blocks.
+        if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+            let mut exact = vec![0f64; w.rows()];
+            for unit in [4, 8] {
+                g.bench_with_input(
+                    BenchmarkId::new(format!("{ty:?}-exact-unit-{unit}"), w.size_bytes()),
+                    &w,
+                    |b, w| b.iter(|| dot_rows_exact(w, 0..w.rows(), a.view(), unit, &mut exact)),
+                );
+            }
+        }
     }
     g.finish();
 }
