@@ -30,8 +30,16 @@ pub enum WeightMode {
 
 /// down_proj's step-6 unit (features): four quantisation blocks, enough to make the per-unit
 /// rounding cheap, few enough that SmolLM2's 1536 features (12 units) split evenly at TP = 2,
-/// 3 and 4.
+/// 3 and 4. A K-quant's unit is its 256-feature super-block ([`down_unit`]).
 const DOWN_UNIT: usize = 128;
+
+/// The step-6 unit of down products for `cfg`: whole units of [`DOWN_UNIT`] and of down's
+/// quantisation block (every shard is made of both). The larger the unit, the fewer roundings
+/// a row takes (a K-quant's super-block: half as many as 128 features, 7% faster decode on the
+/// Qwen3-MoE shape).
+fn down_unit(cfg: &crate::config::ModelConfig) -> usize {
+    crate::shard::lcm(DOWN_UNIT, cfg.down_proj_block)
+}
 
 /// How [`Model::load_with`] stores the weights.
 #[derive(Debug, Clone, Copy, Default)]
@@ -172,7 +180,7 @@ fn moe_layer(
     };
     // Exact down products (step 6 of `crate::quant::dot`) where every rank's share is whole
     // units: then each expert's output has the same bits whichever ranks computed its parts.
-    let unit = crate::shard::lcm(DOWN_UNIT, cfg.down_proj_block);
+    let unit = down_unit(cfg);
     let in_units = match plan.moe {
         MoeSplit::Tp => plan.ffn_in_units_of(cfg, unit),
         MoeSplit::Ep => f.is_multiple_of(unit),
@@ -191,7 +199,7 @@ fn moe_layer(
                     &n(names::EXPERTS_DOWN),
                     e * h..(e + 1) * h,
                     c.clone(),
-                    exact.then_some(DOWN_UNIT),
+                    exact.then_some(unit),
                     opts,
                 )?)?,
             })
@@ -231,13 +239,14 @@ impl Model {
         let kv_rows = plan.kv_heads.start * hd..plan.kv_heads.end * hd;
         // Step-6 units of the row-parallel layers (features), when Q8 inputs can use them: the
         // query heads of `exact_head_unit` for o_proj (the plan splits query heads in those
-        // units at every TP), and `DOWN_UNIT` MLP features for down_proj when every rank's
+        // units at every TP), and `down_unit` MLP features for down_proj when every rank's
         // share is made of them.
         let q8 = opts.weights == WeightMode::Q8;
         let o_unit = exact_head_unit(&cfg).map(|heads| heads * hd);
         let o_exact = q8 && o_unit.is_some();
         // The exact unit, and every shard, must also be whole blocks of down_proj's encoding.
-        let down_exact = q8 && plan.ffn_in_units_of(&cfg, crate::shard::lcm(DOWN_UNIT, cfg.down_proj_block));
+        let down_unit = down_unit(&cfg);
+        let down_exact = q8 && plan.ffn_in_units_of(&cfg, down_unit);
         let mut layers = Vec::with_capacity(cfg.num_layers);
         let dense = cfg.moe.is_none();
         for i in 0..cfg.num_layers {
@@ -250,7 +259,7 @@ impl Model {
                 (
                     put(rows(src, &n("mlp.gate_proj.weight"), ffn.clone(), h, opts)?)?,
                     put(rows(src, &n("mlp.up_proj.weight"), ffn.clone(), h, opts)?)?,
-                    put(cols(src, &n("mlp.down_proj.weight"), ffn, h, down_exact.then_some(DOWN_UNIT), opts)?)?,
+                    put(cols(src, &n("mlp.down_proj.weight"), ffn, h, down_exact.then_some(down_unit), opts)?)?,
                     None,
                 )
             } else {
