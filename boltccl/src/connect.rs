@@ -5,6 +5,7 @@
 use crate::config::{Backend, Config};
 use crate::error::Result;
 use crate::transport::links::Links;
+use crate::transport::progress::WaitPolicy;
 use crate::transport::{shm, verbs, Transport};
 use crate::{bootstrap, host, probe, transport};
 
@@ -27,8 +28,14 @@ pub(crate) fn connect(cfg: &Config) -> Result<Box<dyn Transport>> {
     let links = ["tcp", if offer.is_some() { "+shm" } else { "" }, if rdma.is_some() { "+rdma" } else { "" }].concat();
     let boot = bootstrap::connect(cfg, &links, offer.as_ref().map(|o| o.name()))?;
     let (peers, job) = (boot.peers, boot.job);
-    let here = cfg.local_world_size.unwrap_or_else(|| host::local_ranks(&peers, cfg.rank));
-    let mut mesh = Links::over_tcp(cfg, boot.links, boot.control, here)?;
+    // Who competes for this rank's CPUs, for the wait policy: the ranks that may run on them
+    // (a launcher may have pinned each rank to a core of its own), else every rank on the host.
+    let (contenders, cores) = host::cpu_contention(&peers, cfg.rank).unwrap_or_else(|| {
+        let here = cfg.local_world_size.unwrap_or_else(|| host::local_ranks(&peers, cfg.rank));
+        (here, host::parallelism())
+    });
+    let wait = WaitPolicy::for_host(contenders, cores, cfg.spin);
+    let mut mesh = Links::over_tcp(cfg, boot.links, boot.control, wait)?;
     let local = host::local_peers(&peers, cfg.rank);
     if let Some(plan) = rdma {
         verbs::attach(&mut mesh, plan, cfg, &local)?;

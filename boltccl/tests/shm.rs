@@ -96,6 +96,10 @@ fn shm_worker() {
                 println!("CHUNK {name} {} {}", grp.size(), grp.chunk_bytes());
             }
         }
+        "barrier" => {
+            g.barrier().unwrap();
+            println!("DONE");
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -124,6 +128,38 @@ fn leftovers() -> (BTreeSet<String>, usize) {
 
 fn job(n: usize, scenario: &str) -> Job {
     Job::new(n, "shm_worker").env("BOLTCCL_BACKEND", "shm").env("SCENARIO", scenario).env("BOLTCCL_TIMEOUT_MS", "10000")
+}
+
+/// How a waiting rank waits follows who may run on its cores, which the ranks tell each other
+/// at start-up: two ranks pinned to a core each (as `boltccl launch` and mpirun pin ranks that
+/// take every core) spin before they yield (nobody needs the core a rank spins on), two pinned
+/// to one core never spin (the spinner would take the core from the rank it waits for).
+/// Needs two cores.
+#[test]
+fn ranks_pinned_to_cores_of_their_own_spin_and_ranks_on_one_core_do_not() {
+    let _one = one_job_at_a_time();
+    for (cores, spins) in [([0, 1], true), ([0, 0], false)] {
+        let outs = job(2, "barrier")
+            .env("BOLTCCL_LOG", "boltccl=debug")
+            .wrap(move |r| vec!["taskset".into(), "-c".into(), cores[r].to_string()])
+            .spawn()
+            .wait(Duration::from_secs(60));
+        for o in &outs {
+            assert!(
+                o.status.success() && o.stdout.contains("DONE"),
+                "rank {} on cores {cores:?}: {}",
+                o.rank,
+                o.stderr
+            );
+            let policy = o.stderr.lines().find(|l| l.contains("wait=WaitPolicy")).expect("the wait policy is logged");
+            assert_eq!(
+                policy.contains("adaptive: false") && !policy.contains("hard: 0ns"),
+                spins,
+                "rank {} on cores {cores:?}: {policy}",
+                o.rank
+            );
+        }
+    }
 }
 
 /// kill -9 of one rank at moments from start-up to mid-collective: no survivor hangs, every

@@ -86,11 +86,9 @@ run() {
   case "$1" in
     tp1x2) taskset -c "$C0,$C1" "${LLM[@]}" --threads 2 >"$out" 2>"$log" ;;
     tp1x1) taskset -c "$C0" "${LLM[@]}" --threads 1 >"$out" 2>"$log" ;;
-    # Rank r on core r: each process pins itself before it starts. A pinned process sees one
-    # core, so boltccl would take the two ranks for sharing it and sleep at once in all_sum;
-    # BOLTCCL_SPIN_US keeps a waiting rank polling (yielding) for up to 1 ms, as it does when
-    # it knows it has a core to itself.
-    tp2) BOLTCCL_SPIN_US=1000 "$B/boltccl" launch -n 2 -- \
+    # Rank r on core r: each process pins itself before it starts (the ranks tell each other
+    # their cores, so each knows it has one to itself and polls while it waits).
+    tp2) "$B/boltccl" launch -n 2 -- \
       bash -c 'c=('"$C0 $C1"'); exec taskset -c "${c[$BOLTCCL_RANK]}" "$@"' _ \
       "${LLM[@]}" --threads 1 >"$out" 2>"$log" ;;
     tp2mem) taskset -c "$C0,$C1" "${LLM[@]}" --local-ranks 2 --threads 1 >"$out" 2>"$log" ;;

@@ -260,6 +260,8 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
         host: crate::host::host_name(),
         host_id: crate::host::host_identity(),
         shm: shm.map(String::from),
+        cpus: crate::host::cpus(),
+        parallelism: crate::host::parallelism(),
     };
     tracing::debug!(rank, %data_addr, "bootstrap: hello");
 
@@ -408,7 +410,14 @@ fn coordinate(
     for slot in slots {
         let (s, h) = slot.ok_or_else(|| Error::Internal("missing rank after gather".into()))?;
         conns.push(s);
-        peers.push(PeerInfo { data_addr: h.data_addr, host: h.host, host_id: h.host_id, shm: h.shm });
+        peers.push(PeerInfo {
+            data_addr: h.data_addr,
+            host: h.host,
+            host_id: h.host_id,
+            shm: h.shm,
+            cpus: h.cpus,
+            parallelism: h.parallelism,
+        });
     }
     if let Some((rank, what)) = problem {
         for s in conns.iter_mut().flatten() {
@@ -487,6 +496,8 @@ pub(crate) mod sans_io {
             host: "fuzz".into(),
             host_id: "fuzz".into(),
             shm: None,
+            cpus: Vec::new(),
+            parallelism: 0,
         };
         serde_json::to_vec(&h).expect("a Hello encodes")
     }
@@ -495,7 +506,14 @@ pub(crate) mod sans_io {
     pub fn table_reply(job: u64, addrs: &[SocketAddr]) -> Vec<u8> {
         let peers = addrs
             .iter()
-            .map(|&data_addr| PeerInfo { data_addr, host: "fuzz".into(), host_id: "fuzz".into(), shm: None })
+            .map(|&data_addr| PeerInfo {
+                data_addr,
+                host: "fuzz".into(),
+                host_id: "fuzz".into(),
+                shm: None,
+                cpus: Vec::new(),
+                parallelism: 0,
+            })
             .collect();
         serde_json::to_vec(&Reply::Table { job, peers }).expect("a Table encodes")
     }

@@ -244,7 +244,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: SPIN_US,
         default: "auto",
-        help: "Microseconds to poll before sleeping. Default: 1000 when this host has a core per rank (the first quarter, at most 50, spins hard; the rest yields between checks). When ranks outnumber cores: 50, yielding, for calls up to 2 MiB while this rank's recent waits were short (ranks trading messages), else 0 (a waiting rank would take CPU from the one it waits for, computing or copying); a value set here is used as is, yielding only.",
+        help: "Microseconds to poll before sleeping. Default: 1000 when this rank has a core to itself - the ranks that may run on its CPUs (their affinity, which launchers that pin ranks set) are no more than those CPUs - (the first quarter, at most 50, spins hard; the rest yields between checks). When ranks outnumber the cores they share: 50, yielding, for calls up to 2 MiB while this rank's recent waits were short (ranks trading messages), else 0 (a waiting rank would take CPU from the one it waits for, computing or copying); a value set here is used as is, yielding only.",
         fallbacks: &[],
         apply: |c, v| {
             c.spin = if v == "auto" { None } else { Some(Duration::from_micros(num(v)?)) };

@@ -42,17 +42,16 @@ impl Links {
     }
 
     /// Every pair on the TCP connections of a formed group: `links[peer][stream]` the data
-    /// connections, `control[peer]` the control connection to every other rank; `local` ranks
-    /// run on this host (they share its cores, for the wait policy).
+    /// connections, `control[peer]` the control connection to every other rank; `wait` how a
+    /// blocked exchange waits (it depends on who shares this rank's cores).
     pub(crate) fn over_tcp(
         cfg: &Config,
         links: Vec<Vec<TcpStream>>,
         control: Vec<Option<TcpStream>>,
-        local: usize,
+        wait: WaitPolicy,
     ) -> Result<Links> {
         let (rank, size) = (cfg.rank, cfg.world_size);
-        let wait = WaitPolicy::here(local, cfg.spin);
-        tracing::debug!(rank, local, ?wait, "bootstrap: links connected");
+        tracing::debug!(rank, ?wait, "bootstrap: links connected");
         let io = |e| Error::io(rank, "socket setup", e);
         let tcp = TcpChannel::new(links).map_err(io)?;
         let control = TcpControl::new(rank, control).map_err(io)?;

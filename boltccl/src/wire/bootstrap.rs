@@ -19,6 +19,11 @@ pub(crate) struct Hello {
     pub(crate) host_id: String,
     /// Where this rank takes shared-memory links, when it offers them.
     pub(crate) shm: Option<String>,
+    /// The CPUs this rank may run on, and its parallelism (see [`crate::host::cpus`]).
+    #[serde(default)]
+    pub(crate) cpus: Vec<u16>,
+    #[serde(default)]
+    pub(crate) parallelism: usize,
 }
 
 /// Rank 0's answer to every `Hello`: the table of all ranks, or why the group cannot form.
