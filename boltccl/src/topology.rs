@@ -129,6 +129,16 @@ impl Cabling {
         self.size
     }
 
+    /// How many hosts the ranks sit on, when known (shared memory told which ranks share one).
+    pub(crate) fn known_hosts(&self) -> Option<usize> {
+        self.hosts.as_ref().map(Vec::len)
+    }
+
+    /// Whether an RDMA device matrix cables the group.
+    pub(crate) fn has_device_matrix(&self) -> bool {
+        self.links.is_some()
+    }
+
     /// Whether small all-reduces double rather than mesh: on 4, 8, 16, ... ranks linked alike by
     /// TCP, shared memory or in process. There each message costs system calls and a wake-up, and
     /// doubling sends log2(P) where the mesh sends P-1 (measured 2026-12-01 on one host: at 4

@@ -7,7 +7,7 @@
 //! rules are the planners' matches on [`Config::algo`]: a forced algorithm runs wherever the
 //! collective has that form; where it has not, the automatic choice runs, never onto the ring.
 
-use crate::config::{Algo, Config};
+use crate::config::{Algo, Backend, Config};
 use crate::topology::{chunk_bytes, Cabling, Levels, Shape};
 use crate::types::Collective;
 
@@ -79,18 +79,37 @@ pub(crate) enum ReducePlan {
     AllReduce(AllReducePlan),
 }
 
-/// The all-to-all's schedule, whatever its size. Forced `ring`: the pairwise rounds (round 1
-/// is the ring's neighbours); every other value, and `auto`, all peers at once. Auto never
-/// picks the rounds: each rank's link carries the same bytes either way, and the rounds add a
-/// wait per peer (4 ranks over shared memory: 1.3-2.2x the time at 16 B, 1.02-1.18x at 1 MiB;
-/// docs/benchmarks.md, 2026-12-02). On 4 ranks sharing 2 cores the rounds were faster from
-/// 16 MiB (fewer copies competing for the cores), in a loaded run only: to be measured again
-/// before auto takes them for large calls.
-pub(crate) fn all_to_all(cfg: &Config) -> AllToAllPlan {
+/// Where automatic all-to-alls of equal parts go pairwise over TCP: from this many bytes of
+/// each rank's input.
+pub(crate) const PAIRWISE_MIN_BYTES: usize = 1 << 20;
+
+/// The all-to-all's schedule. Forced `ring`: the pairwise rounds (round 1 is the ring's
+/// neighbours); every other forced value, all peers at once. `auto`: the rounds for an
+/// all_to_all of equal parts of at least [`PAIRWISE_MIN_BYTES`] on three or more ranks whose
+/// exchange crosses TCP (the TCP backend, or several hosts and no RDMA cabling), all peers
+/// at once otherwise. Over TCP at 4 ranks the rounds took 0.83-0.97x the time of all at once
+/// from 1 to 64 MiB (docs/benchmarks.md, 2026-12-02), as Open MPI's tuned all-to-all goes
+/// pairwise for large messages: one peer at a time instead of every connection's copies and
+/// buffers competing. Over shared memory all at once wins at every size (the rounds add a wait
+/// per peer: 1.3-2.2x the time at 16 B, 1.08-1.35x at 16-64 MiB), and RDMA is not measured.
+/// `bytes` is `None` for all_to_all_v, whose ranks pass inputs of different sizes and so could
+/// not agree on a size rule: all at once.
+pub(crate) fn all_to_all(bytes: Option<usize>, cabling: &Cabling, cfg: &Config) -> AllToAllPlan {
     match cfg.algo {
         Algo::Ring => AllToAllPlan::Pairwise,
+        Algo::Auto if bytes.is_some_and(|b| b >= PAIRWISE_MIN_BYTES) && crosses_tcp(cabling, cfg) => {
+            AllToAllPlan::Pairwise
+        }
         Algo::Auto | Algo::Mesh | Algo::Doubling | Algo::Direct | Algo::Hosts => AllToAllPlan::Direct,
     }
+}
+
+/// Whether a group of three or more ranks exchanges over TCP: the backend says so, or its
+/// ranks sit on several hosts and no RDMA links are cabled.
+fn crosses_tcp(cabling: &Cabling, cfg: &Config) -> bool {
+    let hosts = cabling.known_hosts();
+    cabling.size() >= 3
+        && (cfg.backend == Backend::Tcp || (hosts.is_some_and(|h| h > 1) && !cabling.has_device_matrix()))
 }
 
 /// The reduce of `bytes` to a root: the all-reduce's plan ([`all_reduce`]), with its rank-order
@@ -228,7 +247,8 @@ pub fn select(coll: Collective, bytes: usize, cabling: &Cabling, cfg: &Config) -
         Collective::AllReduce => all_reduce(bytes, cabling, 0, cfg).algo(),
         Collective::AllGather | Collective::ReduceScatter => gather(bytes, cabling, cfg).algo(),
         Collective::Broadcast => broadcast(bytes, cabling, cfg).algo(),
-        Collective::AllToAll | Collective::AllToAllV => all_to_all(cfg).algo(),
+        Collective::AllToAll => all_to_all(Some(bytes), cabling, cfg).algo(),
+        Collective::AllToAllV => all_to_all(None, cabling, cfg).algo(),
         Collective::Reduce => reduce(bytes, cabling, 0, cfg).algo(),
         Collective::Barrier | Collective::SendRecv | Collective::Gather | Collective::Scatter => Algo::Mesh,
     }
@@ -319,6 +339,38 @@ mod tests {
                 want,
                 "{coll:?} of {bytes} B, {:?}, {algo:?}",
                 cabling.shape()
+            );
+        }
+    }
+
+    #[test]
+    fn large_all_to_alls_go_pairwise_over_tcp() {
+        let (small, big) = (PAIRWISE_MIN_BYTES - 4, PAIRWISE_MIN_BYTES);
+        let tcp = Config { backend: Backend::Tcp, ..Config::default() };
+        let auto = Config::default();
+        let four = Cabling::uniform(4);
+        let two_hosts = Cabling::uniform(4).with_hosts(vec![0, 0, 2, 2]);
+        let one_host = Cabling::uniform(4).with_hosts(vec![0, 0, 0, 0]);
+        let cabled = Cabling::from_links(vec![vec![true; 4]; 4]).with_hosts(vec![0, 0, 2, 2]);
+        #[rustfmt::skip]
+        let rows: &[(Collective, usize, &Cabling, &Config, Algo)] = &[
+            (AllToAll, big, &four, &tcp, Ring),
+            (AllToAll, small, &four, &tcp, Direct),
+            (AllToAll, big, &Cabling::uniform(2), &tcp, Direct),
+            (AllToAll, big, &two_hosts, &auto, Ring),
+            (AllToAll, big, &one_host, &auto, Direct),
+            (AllToAll, big, &four, &auto, Direct), // in process: nothing known of hosts
+            (AllToAll, big, &cabled, &auto, Direct),
+            (AllToAllV, big, &four, &tcp, Direct),
+            (AllToAll, big, &four, &Config { algo: Direct, ..tcp.clone() }, Direct),
+        ];
+        for &(coll, bytes, cabling, cfg, want) in rows {
+            assert_eq!(
+                select(coll, bytes, cabling, cfg),
+                want,
+                "{coll:?} of {bytes} B, {:?}, {:?}",
+                cabling.host_ranks(),
+                cfg.backend
             );
         }
     }

@@ -370,7 +370,7 @@ impl Op<'_> {
         let p = g.size();
         match self {
             Op::AllToAll { dtype, input, output } => {
-                let plan = select::all_to_all(&g.shared.cfg);
+                let plan = select::all_to_all(Some(input.len()), &g.cabling, &g.shared.cfg);
                 let m = input.len() / p;
                 let parts: Vec<std::ops::Range<usize>> = (0..p).map(|q| q * m..(q + 1) * m).collect();
                 let call = Call::new(Collective::AllToAll, dtype, ReduceOp::Sum, input.len());
@@ -380,7 +380,7 @@ impl Op<'_> {
                 })
             }
             Op::AllToAllV { dtype, input, send_counts, output, recv_counts } => {
-                let plan = select::all_to_all(&g.shared.cfg);
+                let plan = select::all_to_all(None, &g.cabling, &g.shared.cfg);
                 let e = dtype.size();
                 let send = layout(send_counts, e).ok_or_else(|| Error::Internal("checked counts overflow".into()))?;
                 let recv = layout(recv_counts, e).ok_or_else(|| Error::Internal("checked counts overflow".into()))?;
