@@ -70,6 +70,21 @@ pub(crate) struct PeerInfo {
     pub parallelism: usize,
 }
 
+impl PeerInfo {
+    /// What this rank tells the others: where it takes data connections (`data_addr`) and
+    /// shared-memory links (`shm`), its host and its CPUs.
+    pub(crate) fn here(data_addr: SocketAddr, shm: Option<String>) -> PeerInfo {
+        PeerInfo {
+            data_addr,
+            host: host_name(),
+            host_id: host_identity(),
+            shm,
+            cpus: cpus(),
+            parallelism: parallelism(),
+        }
+    }
+}
+
 /// The ranks that share memory with `rank`: the same host identity, and both offer it.
 pub(crate) fn local_peers(peers: &[PeerInfo], rank: usize) -> Vec<usize> {
     let me = &peers[rank];

@@ -256,12 +256,7 @@ pub(crate) fn connect(cfg: &Config, links: &str, shm: Option<&str>) -> Result<Re
         world_size: size,
         version: crate::wire::VERSION.to_string(),
         settings: cfg.agreed_settings(links),
-        data_addr,
-        host: crate::host::host_name(),
-        host_id: crate::host::host_identity(),
-        shm: shm.map(String::from),
-        cpus: crate::host::cpus(),
-        parallelism: crate::host::parallelism(),
+        peer: PeerInfo::here(data_addr, shm.map(String::from)),
     };
     tracing::debug!(rank, %data_addr, "bootstrap: hello");
 
@@ -410,14 +405,7 @@ fn coordinate(
     for slot in slots {
         let (s, h) = slot.ok_or_else(|| Error::Internal("missing rank after gather".into()))?;
         conns.push(s);
-        peers.push(PeerInfo {
-            data_addr: h.data_addr,
-            host: h.host,
-            host_id: h.host_id,
-            shm: h.shm,
-            cpus: h.cpus,
-            parallelism: h.parallelism,
-        });
+        peers.push(h.peer);
     }
     if let Some((rank, what)) = problem {
         for s in conns.iter_mut().flatten() {
@@ -487,34 +475,18 @@ pub(crate) mod sans_io {
 
     /// A valid `Hello` body.
     pub fn hello(rank: usize, world_size: usize, settings: Vec<(String, String)>, data_addr: SocketAddr) -> Vec<u8> {
-        let h = Hello {
-            rank,
-            world_size,
-            version: crate::wire::VERSION.into(),
-            settings,
-            data_addr,
-            host: "fuzz".into(),
-            host_id: "fuzz".into(),
-            shm: None,
-            cpus: Vec::new(),
-            parallelism: 0,
-        };
+        let h = Hello { rank, world_size, version: crate::wire::VERSION.into(), settings, peer: peer(data_addr) };
         serde_json::to_vec(&h).expect("a Hello encodes")
+    }
+
+    /// A rank of no known host or CPUs.
+    fn peer(data_addr: SocketAddr) -> PeerInfo {
+        PeerInfo { data_addr, host: "fuzz".into(), host_id: "fuzz".into(), shm: None, cpus: Vec::new(), parallelism: 0 }
     }
 
     /// A valid `Table` reply body.
     pub fn table_reply(job: u64, addrs: &[SocketAddr]) -> Vec<u8> {
-        let peers = addrs
-            .iter()
-            .map(|&data_addr| PeerInfo {
-                data_addr,
-                host: "fuzz".into(),
-                host_id: "fuzz".into(),
-                shm: None,
-                cpus: Vec::new(),
-                parallelism: 0,
-            })
-            .collect();
+        let peers = addrs.iter().map(|&data_addr| peer(data_addr)).collect();
         serde_json::to_vec(&Reply::Table { job, peers }).expect("a Table encodes")
     }
 

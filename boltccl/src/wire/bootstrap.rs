@@ -4,7 +4,6 @@
 
 use crate::host::PeerInfo;
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
 
 /// What every rank tells rank 0 when it joins.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -13,17 +12,10 @@ pub(crate) struct Hello {
     pub(crate) world_size: usize,
     pub(crate) version: String,
     pub(crate) settings: Vec<(String, String)>,
-    pub(crate) data_addr: SocketAddr,
-    pub(crate) host: String,
-    /// Which machine and network namespace this rank runs in (see [`crate::host::host_identity`]).
-    pub(crate) host_id: String,
-    /// Where this rank takes shared-memory links, when it offers them.
-    pub(crate) shm: Option<String>,
-    /// The CPUs this rank may run on, and its parallelism (see [`crate::host::cpus`]).
-    #[serde(default)]
-    pub(crate) cpus: Vec<u16>,
-    #[serde(default)]
-    pub(crate) parallelism: usize,
+    /// Where this rank takes data connections, its host, shared-memory offer and CPUs: what
+    /// every rank learns of it (the same JSON fields, inline).
+    #[serde(flatten)]
+    pub(crate) peer: PeerInfo,
 }
 
 /// Rank 0's answer to every `Hello`: the table of all ranks, or why the group cannot form.
