@@ -30,11 +30,10 @@ pub(crate) fn connect(cfg: &Config) -> Result<Box<dyn Transport>> {
     let (peers, job) = (boot.peers, boot.job);
     // Who competes for this rank's CPUs, for the wait policy: the ranks that may run on them
     // (a launcher may have pinned each rank to a core of its own), else every rank on the host.
-    let (contenders, cores) = host::cpu_contention(&peers, cfg.rank).unwrap_or_else(|| {
-        let here = cfg.local_world_size.unwrap_or_else(|| host::local_ranks(&peers, cfg.rank));
-        (here, host::parallelism())
-    });
-    let wait = WaitPolicy::for_host(contenders, cores, cfg.spin);
+    let wait = match host::cpu_contention(&peers, cfg.rank) {
+        Some((contenders, cores)) => WaitPolicy::for_host(contenders, cores, cfg.spin),
+        None => WaitPolicy::here(cfg.local_world_size.unwrap_or_else(|| host::local_ranks(&peers, cfg.rank)), cfg.spin),
+    };
     let mut mesh = Links::over_tcp(cfg, boot.links, boot.control, wait)?;
     let local = host::local_peers(&peers, cfg.rank);
     if let Some(plan) = rdma {

@@ -205,8 +205,7 @@ impl WaitPolicy {
 
     /// The policy for `local_ranks` ranks on this host.
     pub fn here(local_ranks: usize, budget: Option<Duration>) -> WaitPolicy {
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        WaitPolicy::for_host(local_ranks, cores, budget)
+        WaitPolicy::for_host(local_ranks, crate::host::parallelism(), budget)
     }
 
     /// The next step after `idle` without progress in a call of `bytes`, given the rank's
