@@ -164,11 +164,12 @@ if [ "$have_llama" = 1 ] && [ -n "$IDS" ]; then
   # for k = 0..7, so both sides score the same inputs at every position, whatever each would
   # have chosen on its own.
   theirs="$(taskset -c "$C0" "$LLAMA_PY" "$ROOT/examples/llm/tools/llama_cpp_logits.py" "$M" "$IDS" 8 8 "$RES/theirs.f32")"
+  read -ra toks <<<"$(echo "$theirs" | "$LLAMA_PY" -c 'import json, sys; print(*json.load(sys.stdin)["tokens"])')"
   forced="$IDS"
   for k in $(seq 0 7); do
     taskset -c "$C0" "$B/boltccl-llm" --model "$M" --prompt-ids "$forced" --max-tokens 1 --threads 1 \
       --dump-logits "$RES/ours$k.f32" >/dev/null 2>&1
-    forced="$forced,$(echo "$theirs" | "$LLAMA_PY" -c 'import json, sys; print(json.load(sys.stdin)["tokens"]['"$k"'])')"
+    forced="$forced,${toks[$k]}"
   done
   "$LLAMA_PY" - "$RES" "$theirs" <<'PY'
 import json, sys
