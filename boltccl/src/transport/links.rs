@@ -62,6 +62,8 @@ impl Links {
     /// channel's links are not all alike.
     pub(crate) fn attach(&mut self, channel: Box<dyn Channel>, peers: &[usize], cabling: Option<Cabling>) {
         let c = self.engine.channels.len();
+        // The engine marks the channels an exchange uses in a 64-bit mask.
+        assert!(c < 64, "a transport has a channel per kind of link, a handful at most");
         self.engine.channels.push(channel);
         for &p in peers {
             self.engine.route[p] = c;

@@ -26,6 +26,9 @@ pub const INTERRUPT_EVERY: Duration = Duration::from_millis(50);
 /// Sleep between polls for channels the kernel cannot wake us for (RDMA without a completion
 /// channel: Apple's provider has none).
 pub const NAP: Duration = Duration::from_micros(100);
+/// Polls between readings of the clock while a call spins or data moves (see [`Engine::run`]):
+/// a few microseconds of polling, far below every policy's hard spin.
+const CLOCK_EVERY: u32 = 32;
 /// Longest single sleep, so deadlines and the control plane are looked at regularly.
 const MAX_SLEEP: Duration = Duration::from_millis(1000);
 
@@ -221,6 +224,19 @@ impl WaitPolicy {
     }
 }
 
+/// When an exchange last moved, and when the control plane and the interrupt check are due.
+struct Due {
+    progress: Instant,
+    control: Instant,
+    interrupt: Instant,
+}
+
+impl Due {
+    fn from(now: Instant) -> Due {
+        Due { progress: now, control: now + CONTROL_CHECK, interrupt: now + INTERRUPT_EVERY }
+    }
+}
+
 /// The links of a group and the loop that drives them.
 pub(crate) struct Engine {
     pub channels: Vec<Box<dyn Channel>>,
@@ -256,8 +272,12 @@ impl Engine {
             let route = &self.route;
             ch.begin(sends, recvs, &|peer| route[peer] == c)?;
         }
+        // Only the channels this exchange uses are pumped: a small call over shared memory
+        // should not pay for polling the sockets too.
+        let used = sends.iter().map(|s| s.peer).chain(recvs.iter().map(|r| r.peer));
+        let active = used.fold(0u64, |m, peer| m | 1 << self.route[peer]);
         self.told = false;
-        let r = self.drive(sends, recvs, on_recv, limits);
+        let r = self.drive(sends, recvs, on_recv, limits, active);
         if r.is_err() {
             // The caller may free its buffers once we return.
             for ch in self.channels.iter_mut() {
@@ -320,44 +340,67 @@ impl Engine {
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
         limits: &Limits,
+        active: u64,
     ) -> Result<()> {
         let Engine { channels, control, wait, pace, told, lost, .. } = self;
-        let start = Instant::now();
-        let mut last_progress = start;
+        let uses = |c: usize| active >> c & 1 == 1;
+        // Set at the first reading of the clock: a call done within CLOCK_EVERY polls needs none.
+        let mut due: Option<Due> = None;
         let mut longest = Duration::ZERO;
-        let (mut next_control, mut next_interrupt) = (start + CONTROL_CHECK, start + INTERRUPT_EVERY);
+        // Polls since the clock was last read, whether any of them moved something, and
+        // whether the wait policy spins hard at this point.
+        let (mut polls, mut progressed, mut spinning) = (0u32, false, !wait.hard.is_zero());
         loop {
             let mut moved = false;
-            for ch in channels.iter_mut() {
+            for (_, ch) in channels.iter_mut().enumerate().filter(|(c, _)| uses(*c)) {
                 moved |= ch.pump(sends, recvs, on_recv)?;
             }
             if let Some(e) = limits.abort.as_ref().and_then(|a| a.error()) {
                 return Err(e);
             }
-            let waiting_on = channels.iter().find_map(|c| c.waiting_on());
-            let now = Instant::now();
-            if moved {
-                longest = longest.max(now.duration_since(last_progress));
-            }
+            let waiting_on = channels.iter().enumerate().filter(|(c, _)| uses(*c)).find_map(|(_, c)| c.waiting_on());
             let Some(blocked) = waiting_on else {
                 pace.record(longest);
                 return Ok(());
             };
-            if now >= next_control {
-                next_control = now + CONTROL_CHECK;
+            if moved {
+                progressed = true;
+                spinning = !wait.hard.is_zero();
+            }
+            polls += 1;
+            // Reading the clock costs as much as a poll: while data moves or the policy spins
+            // hard, look at it every CLOCK_EVERY polls only. Progress is dated when it is next
+            // read, at most that many polls late.
+            if polls < CLOCK_EVERY && (moved || spinning) {
+                if !moved {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            polls = 0;
+            let now = Instant::now();
+            let Due { progress: last_progress, control: next_control, interrupt: next_interrupt } =
+                due.get_or_insert_with(|| Due::from(now));
+            if std::mem::take(&mut progressed) {
+                longest = longest.max(now.duration_since(*last_progress));
+                *last_progress = now;
+            }
+            if now >= *next_control {
+                *next_control = now + CONTROL_CHECK;
                 if let Err(e) = check(channels, control.as_mut(), told) {
                     return finish_on_what_arrived(e, channels, sends, recvs, on_recv, lost);
                 }
             }
-            if now >= next_interrupt {
-                next_interrupt = now + INTERRUPT_EVERY;
+            if now >= *next_interrupt {
+                *next_interrupt = now + INTERRUPT_EVERY;
                 limits.interrupted()?;
             }
             if moved {
-                last_progress = now;
                 continue;
             }
-            match wait.step(now.duration_since(last_progress), limits.bytes, pace) {
+            let step = wait.step(now.duration_since(*last_progress), limits.bytes, pace);
+            spinning = step == WaitStep::Spin;
+            match step {
                 WaitStep::Spin => {
                     std::hint::spin_loop();
                     continue;
@@ -368,17 +411,17 @@ impl Engine {
                 }
                 WaitStep::Block => {}
             }
-            let deadline = last_progress + limits.timeout;
+            let deadline = *last_progress + limits.timeout;
             if now >= deadline {
                 return Err(Error::Timeout { op: limits.op.into(), rank: blocked, after: limits.timeout });
             }
-            let mut until = deadline.min(now + MAX_SLEEP).min(next_control.max(now + CONTROL_CHECK));
+            let mut until = deadline.min(now + MAX_SLEEP).min((*next_control).max(now + CONTROL_CHECK));
             if limits.interrupt.is_some() {
-                until = until.min(next_interrupt.max(now + INTERRUPT_EVERY));
+                until = until.min((*next_interrupt).max(now + INTERRUPT_EVERY));
             }
             let mut fds: Vec<PollFd<'_>> = Vec::new();
             let mut wake = Wake::Poll;
-            for ch in channels.iter().filter(|c| c.waiting_on().is_some()) {
+            for (_, ch) in channels.iter().enumerate().filter(|(c, ch)| uses(*c) && ch.waiting_on().is_some()) {
                 wake = match (wake, ch.wake_on(&mut fds)) {
                     (Wake::Ready, _) | (_, Wake::Ready) => Wake::Ready,
                     (Wake::Nap, _) | (_, Wake::Nap) => Wake::Nap,
@@ -399,7 +442,7 @@ impl Engine {
                     if let Err(e) = check(channels, control.as_mut(), told) {
                         return finish_on_what_arrived(e, channels, sends, recvs, on_recv, lost);
                     }
-                    next_control = Instant::now() + CONTROL_CHECK;
+                    *next_control = Instant::now() + CONTROL_CHECK;
                 }
             }
         }
