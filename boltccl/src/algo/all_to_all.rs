@@ -19,10 +19,11 @@
 //! ranks, with an error naming both ranks and both counts ([`crate::wire::check`]).
 
 use super::plan::pieces;
-use super::{cut_mut, Comm};
+use super::{Comm, Small};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
 use crate::wire::{Header, Phase};
+use smallvec::smallvec;
 use std::ops::Range;
 
 /// Pieces per peer in one exchange: data lands in place, so only the op lists limit it.
@@ -57,9 +58,9 @@ fn pair_hdr(
 /// the `v` form each pair's count.
 pub(crate) struct Round<'a, 'b> {
     /// (group rank, data, pair count for the `v` form).
-    pub sends: Vec<(usize, &'a [u8], Option<usize>)>,
+    pub sends: Small<(usize, &'a [u8], Option<usize>)>,
     /// (group rank, where it lands, pair count for the `v` form).
-    pub recvs: Vec<(usize, &'b mut [u8], Option<usize>)>,
+    pub recvs: Small<(usize, &'b mut [u8], Option<usize>)>,
 }
 
 /// Send and receive `round`'s parts in `phase`, in chunk pieces, [`BATCH`] per peer per
@@ -68,33 +69,37 @@ pub(crate) struct Round<'a, 'b> {
 pub(crate) fn exchange_parts(
     comm: &mut Comm<'_>,
     phase: Phase,
-    round: Round<'_, '_>,
+    round: &mut Round<'_, '_>,
     lead: (Vec<SendOp<'static>>, Vec<RecvOp<'static>>),
 ) -> Result<()> {
     let (me, chunk) = (comm.me, comm.chunk);
     let Round { sends, recvs } = round;
-    let mut recv_pieces: Vec<_> = recvs.into_iter().map(|(q, buf, n)| (q, cut_mut(buf, chunk), n)).collect();
-    let most = sends
-        .iter()
-        .map(|(_, d, _)| d.len().div_ceil(chunk).max(1))
-        .chain(recv_pieces.iter().map(|(_, v, _)| v.len()))
-        .max()
-        .unwrap_or(0);
+    // Pieces per part; an empty part is one empty piece (as `plan::pieces` plans).
+    let count = |len: usize| len.div_ceil(chunk).max(1);
+    let most = sends.iter().map(|(_, d, _)| count(d.len())).chain(recvs.iter().map(|(_, b, _)| count(b.len()))).max();
     let (mut lead_sends, mut lead_recvs) = lead;
-    for b in 0..most.div_ceil(BATCH).max(1) {
+    for b in 0..most.unwrap_or(0).div_ceil(BATCH).max(1) {
         let first = b * BATCH;
-        let mut s: Vec<SendOp<'_>> = std::mem::take(&mut lead_sends);
-        for &(q, data, n) in &sends {
+        let per_peer = |len: usize| count(len).saturating_sub(first).min(BATCH);
+        let mut s: Small<SendOp<'_>> = std::mem::take(&mut lead_sends).into_iter().collect();
+        s.reserve(sends.iter().map(|(_, d, _)| per_peer(d.len())).sum());
+        for &(q, data, n) in sends.iter() {
             for (k, r) in pieces(0..data.len(), chunk).enumerate().skip(first).take(BATCH) {
                 let header = pair_hdr(comm, phase, b, k - first, r.len(), n.map(|n| (n, q)))?;
                 s.push(SendOp { peer: comm.peer(q), header, data: &data[r] });
             }
         }
-        let mut r: Vec<RecvOp<'_>> = std::mem::take(&mut lead_recvs);
-        for (q, parts, n) in recv_pieces.iter_mut() {
-            for (k, piece) in parts.iter_mut().enumerate().skip(first).take(BATCH) {
-                let expect = pair_hdr(comm, phase, b, k - first, piece.len(), n.map(|n| (n, me)))?;
-                r.push(RecvOp { peer: comm.peer(*q), expect, buf: &mut piece[..] });
+        let mut r: Small<RecvOp<'_>> = std::mem::take(&mut lead_recvs).into_iter().collect();
+        r.reserve(recvs.iter().map(|(_, buf, _)| per_peer(buf.len())).sum());
+        for (q, buf, n) in recvs.iter_mut() {
+            let (q, n) = (*q, *n);
+            let batch: Small<&mut [u8]> = match buf.len() {
+                0 if b == 0 => smallvec![&mut buf[..]],
+                _ => buf.chunks_mut(chunk).skip(first).take(BATCH).collect(),
+            };
+            for (k, piece) in batch.into_iter().enumerate() {
+                let expect = pair_hdr(comm, phase, b, k, piece.len(), n.map(|n| (n, me)))?;
+                r.push(RecvOp { peer: comm.peer(q), expect, buf: piece });
             }
         }
         comm.exchange(&s, &mut r, &mut |_, _| Ok(()))?;
@@ -147,21 +152,24 @@ pub(crate) fn all_to_all(
         c.as_ref().map(|c| if sending { c.send[q] } else { c.recv[q] })
     };
     if !pairwise {
-        let others: Vec<usize> = (0..p).filter(|&q| q != me).collect();
         let lead = match &counts {
-            Some(c) => count_frames(comm, c, &others, &others)?,
+            Some(c) => {
+                let others: Small<usize> = (0..p).filter(|&q| q != me).collect();
+                count_frames(comm, c, &others, &others)?
+            }
             None => (Vec::new(), Vec::new()),
         };
-        let sends = others.iter().map(|&q| (q, &input[send[q].clone()], pair(&counts, q, true))).collect();
+        let others = (0..p).filter(|&q| q != me);
+        let sends = others.map(|q| (q, &input[send[q].clone()], pair(&counts, q, true))).collect();
         let recvs = parts
             .into_iter()
             .enumerate()
             .filter(|&(q, _)| q != me)
             .map(|(q, buf)| (q, buf, pair(&counts, q, false)))
             .collect();
-        return exchange_parts(comm, Phase::AllToAll, Round { sends, recvs }, lead);
+        return exchange_parts(comm, Phase::AllToAll, &mut Round { sends, recvs }, lead);
     }
-    let mut parts: Vec<Option<&mut [u8]>> = parts.into_iter().map(Some).collect();
+    let mut parts: Small<Option<&mut [u8]>> = parts.into_iter().map(Some).collect();
     for s in 1..p {
         let (to, from) = ((me + s) % p, (me + p - s) % p);
         let lead = match &counts {
@@ -169,11 +177,11 @@ pub(crate) fn all_to_all(
             None => (Vec::new(), Vec::new()),
         };
         let buf = parts[from].take().expect("each rank is received from once");
-        let round = Round {
-            sends: vec![(to, &input[send[to].clone()], pair(&counts, to, true))],
-            recvs: vec![(from, buf, pair(&counts, from, false))],
+        let mut round = Round {
+            sends: smallvec![(to, &input[send[to].clone()], pair(&counts, to, true))],
+            recvs: smallvec![(from, buf, pair(&counts, from, false))],
         };
-        exchange_parts(comm, Phase::AllToAll, round, lead)?;
+        exchange_parts(comm, Phase::AllToAll, &mut round, lead)?;
     }
     Ok(())
 }

@@ -129,26 +129,44 @@ fn map(len: usize) -> std::io::Result<memmap2::MmapMut> {
     Ok(map)
 }
 
+/// A per-call list (ranks, pieces, operations): on the stack for groups of up to four ranks,
+/// so small calls allocate nothing.
+pub(crate) type Small<T> = smallvec::SmallVec<[T; 4]>;
+
 /// Mutable views of the non-overlapping `ranges` of `buf`, in the order given (gaps allowed).
-pub(crate) fn regions<'b>(mut buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<Vec<&'b mut [u8]>> {
-    // Split in address order (empty ranges first at a shared start), then put back in order.
-    let mut order: Vec<usize> = (0..ranges.len()).collect();
-    order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
-    let mut out: Vec<Option<&'b mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
+pub(crate) fn regions<'b>(buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<Small<&'b mut [u8]>> {
+    let key = |r: &Range<usize>| (r.start, r.end);
+    // Ranges mostly come in address order already (the parts of an all-to-all): split at once.
+    if ranges.is_sorted_by_key(key) {
+        return split_in_order(buf, ranges.iter()).collect();
+    }
+    // Else split in address order (empty ranges first at a shared start), then put back.
+    let mut order: Small<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| key(&ranges[i]));
+    let mut out: Small<Option<&'b mut [u8]>> = (0..ranges.len()).map(|_| None).collect();
+    for (view, &i) in split_in_order(buf, order.iter().map(|&i| &ranges[i])).zip(&order) {
+        out[i] = Some(view?);
+    }
+    Ok(out.into_iter().map(|v| v.expect("every range was split")).collect())
+}
+
+/// The views of `buf` at `ranges`, which come in address order; an error at the first range
+/// that overlaps the one before or runs past the end.
+fn split_in_order<'b, 'r, I: Iterator<Item = &'r Range<usize>>>(
+    mut buf: &'b mut [u8],
+    ranges: I,
+) -> impl Iterator<Item = Result<&'b mut [u8]>> + use<'b, 'r, I> {
     let mut at = 0;
-    for &i in &order {
-        let r = &ranges[i];
+    ranges.map(move |r| {
         if r.start < at || r.end > at + buf.len() {
             return Err(Error::Internal(format!("regions overlap or overrun at {r:?}")));
         }
         let rest = std::mem::take(&mut buf);
-        let (_, rest) = rest.split_at_mut(r.start - at);
-        let (head, tail) = rest.split_at_mut(r.len());
-        out[i] = Some(head);
+        let (head, tail) = rest[r.start - at..].split_at_mut(r.len());
         buf = tail;
         at = r.end;
-    }
-    Ok(out.into_iter().map(|v| v.expect("every range was split")).collect())
+        Ok(head)
+    })
 }
 
 /// Cut a region into chunk pieces; an empty region is one empty piece (as [`plan::pieces`] plans).
@@ -226,10 +244,15 @@ mod tests {
     #[test]
     fn regions_skip_gaps_and_reject_overlaps() {
         let mut b: Vec<u8> = (0..10).collect();
-        let v = regions(&mut b, &[5..6, 1..3, 6..9, 3..3]).unwrap();
-        let got: Vec<Vec<u8>> = v.iter().map(|r| r.to_vec()).collect();
+        let views = |b: &mut [u8], ranges: &[Range<usize>]| -> Vec<Vec<u8>> {
+            regions(b, ranges).unwrap().iter().map(|r| r.to_vec()).collect()
+        };
+        let got = views(&mut b, &[5..6, 1..3, 6..9, 3..3]);
         assert_eq!(got, vec![vec![5], vec![1, 2], vec![6, 7, 8], vec![]], "views come back in the order asked");
+        let got = views(&mut b, &[0..2, 2..2, 4..5, 9..10]);
+        assert_eq!(got, vec![vec![0, 1], vec![], vec![4], vec![9]], "ranges already in order");
         assert!(regions(&mut b, &[1..4, 3..5]).is_err());
+        assert!(regions(&mut b, &[3..5, 1..4]).is_err(), "overlap out of order");
         assert!(regions(&mut b, &[2..3, 8..12]).is_err(), "past the end");
     }
 }

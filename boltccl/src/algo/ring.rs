@@ -50,7 +50,7 @@ fn blocks(n: usize, p: usize, e: usize) -> Vec<Range<usize>> {
 
 /// The four disjoint `ranges` of `buf`, in the order given.
 fn four(buf: &mut [u8], ranges: [Range<usize>; 4]) -> Result<[&mut [u8]; 4]> {
-    regions(buf, &ranges)?.try_into().map_err(|_| Error::Internal("four ring regions".into()))
+    regions(buf, &ranges)?.into_vec().try_into().map_err(|_| Error::Internal("four ring regions".into()))
 }
 
 /// One step of a bidirectional ring all-gather: in direction `DIRS[d]`, send `buf[moves[d].0]`

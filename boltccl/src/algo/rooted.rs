@@ -19,10 +19,11 @@ use super::all_to_all::{exchange_parts, Round};
 use super::direct::{reduce_to_owner, roots};
 use super::plan::{bytes, partition};
 use super::select::{AllReducePlan, ReducePlan};
-use super::{doubling, hosts, one_step, ring, Comm, Scratch};
+use super::{doubling, hosts, one_step, ring, Comm, Scratch, Small};
 use crate::error::Result;
 use crate::types::{DType, ReduceOp};
 use crate::wire::Phase;
+use smallvec::smallvec;
 use std::ops::Range;
 
 /// Gather: the root's `output` gets `size` blocks of `input.len()` bytes, block q from rank
@@ -30,16 +31,16 @@ use std::ops::Range;
 pub(crate) fn gather(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8], root: usize) -> Result<()> {
     let (p, me, m) = (comm.size(), comm.me, input.len());
     let lead = roots(comm)?;
-    let round = if me == root {
+    let mut round = if me == root {
         let blocks: Vec<Range<usize>> = (0..p).map(|q| q * m..(q + 1) * m).collect();
         let mut parts = super::regions(output, &blocks)?;
         parts[me].copy_from_slice(input);
         let recvs = parts.into_iter().enumerate().filter(|&(q, _)| q != me).map(|(q, b)| (q, b, None)).collect();
-        Round { sends: Vec::new(), recvs }
+        Round { sends: Small::new(), recvs }
     } else {
-        Round { sends: vec![(root, input, None)], recvs: Vec::new() }
+        Round { sends: smallvec![(root, input, None)], recvs: Small::new() }
     };
-    exchange_parts(comm, Phase::Gather, round, lead)
+    exchange_parts(comm, Phase::Gather, &mut round, lead)
 }
 
 /// Scatter: rank q's `output` gets block q of the root's `input` (`size` blocks of
@@ -47,14 +48,14 @@ pub(crate) fn gather(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8], root:
 pub(crate) fn scatter(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8], root: usize) -> Result<()> {
     let (p, me, m) = (comm.size(), comm.me, output.len());
     let lead = roots(comm)?;
-    let round = if me == root {
+    let mut round = if me == root {
         output.copy_from_slice(&input[me * m..(me + 1) * m]);
         let sends = (0..p).filter(|&q| q != me).map(|q| (q, &input[q * m..(q + 1) * m], None)).collect();
-        Round { sends, recvs: Vec::new() }
+        Round { sends, recvs: Small::new() }
     } else {
-        Round { sends: Vec::new(), recvs: vec![(root, output, None)] }
+        Round { sends: Small::new(), recvs: smallvec![(root, output, None)] }
     };
-    exchange_parts(comm, Phase::Scatter, round, lead)
+    exchange_parts(comm, Phase::Scatter, &mut round, lead)
 }
 
 /// Reduce: the root's `output` gets every rank's input (`input`, or `output` when `None`)
@@ -98,7 +99,7 @@ pub(crate) fn reduce(
                 let parts = super::regions(output, &shards)?;
                 let recvs =
                     parts.into_iter().enumerate().filter(|&(q, _)| q != me).map(|(q, b)| (q, b, None)).collect();
-                exchange_parts(comm, Phase::Gather, Round { sends: Vec::new(), recvs }, (Vec::new(), Vec::new()))
+                exchange_parts(comm, Phase::Gather, &mut Round { sends: Small::new(), recvs }, (Vec::new(), Vec::new()))
             } else {
                 // This rank's reduced shard waits in scratch for the gather to the root.
                 let input: &[u8] = input.unwrap_or(output);
@@ -107,8 +108,8 @@ pub(crate) fn reduce(
                 if *plan == ReducePlan::ToRoot {
                     return Ok(());
                 }
-                let sends = vec![(root, &*shard, None)];
-                exchange_parts(comm, Phase::Gather, Round { sends, recvs: Vec::new() }, (Vec::new(), Vec::new()))
+                let sends = smallvec![(root, &*shard, None)];
+                exchange_parts(comm, Phase::Gather, &mut Round { sends, recvs: Small::new() }, (Vec::new(), Vec::new()))
             }
         }
         ReducePlan::AllReduce(all) => {

@@ -372,7 +372,7 @@ impl Op<'_> {
             Op::AllToAll { dtype, input, output } => {
                 let plan = select::all_to_all(Some(input.len()), &g.cabling, &g.shared.cfg);
                 let m = input.len() / p;
-                let parts: Vec<std::ops::Range<usize>> = (0..p).map(|q| q * m..(q + 1) * m).collect();
+                let parts: crate::algo::Small<std::ops::Range<usize>> = (0..p).map(|q| q * m..(q + 1) * m).collect();
                 let call = Call::new(Collective::AllToAll, dtype, ReduceOp::Sum, input.len());
                 g.run(call, turn, |comm, _| {
                     let pairwise = plan == AllToAllPlan::Pairwise;
