@@ -3,7 +3,9 @@
 //!
 //! The writer copies bytes in and publishes its `tail` (release); the reader copies them out
 //! and publishes its `head` (release); each loads the other's counter with acquire before
-//! touching the bytes it guards. Each side keeps its own counter privately, so a peer that
+//! touching the bytes it guards (the writer only when the room it last saw is not enough: an
+//! old head understates the room, and the line the reader writes on every read then stays
+//! on the reader's core). Each side keeps its own counter privately, so a peer that
 //! scribbles over the shared ones can make the stream fail (a counter that makes no sense is
 //! an error) but can never make this rank read or write outside the ring.
 //!
@@ -326,6 +328,10 @@ pub(crate) struct RingPair {
     into: PeerInbox,
     /// Bytes written (ours: the shared tail is only published).
     tail: u64,
+    /// The reader's head as last loaded: loading it on every write would pull the line the
+    /// reader just wrote across cores, so it is loaded again only when this says the ring
+    /// is too full (an old head only ever understates the room).
+    seen_head: u64,
     inp: RingView,
     /// Our inbox, kept mapped while this end reads from it.
     _own: Arc<Inbox>,
@@ -355,6 +361,7 @@ impl RingPair {
             out,
             into,
             tail: 0,
+            seen_head: 0,
             inp,
             _own: own,
             head: 0,
@@ -373,12 +380,27 @@ impl RingPair {
 
     /// Bytes the writer may still put in (loads the reader's head).
     fn room(&self) -> io::Result<u64> {
+        Ok(self.out.capacity - self.tail.wrapping_sub(self.head_now()?))
+    }
+
+    /// The reader's head, checked: at most a ring behind our tail and never past it.
+    fn head_now(&self) -> io::Result<u64> {
         let head = self.out.control().head.load(Ordering::Acquire);
-        let used = self.tail.wrapping_sub(head);
-        if used > self.out.capacity {
+        if self.tail.wrapping_sub(head) > self.out.capacity {
             return Err(corrupt(self.peer, "their read position", self.tail, head));
         }
-        Ok(self.out.capacity - used)
+        Ok(head)
+    }
+
+    /// Bytes the writer may put in, looking at the reader's head again only when fewer than
+    /// `want` are known to be free.
+    fn room_for(&mut self, want: u64) -> io::Result<u64> {
+        let known = self.out.capacity - self.tail.wrapping_sub(self.seen_head);
+        if known >= want {
+            return Ok(known);
+        }
+        self.seen_head = self.head_now()?;
+        Ok(self.out.capacity - self.tail.wrapping_sub(self.seen_head))
     }
 
     /// Bytes waiting to be read (loads the writer's tail).
@@ -445,7 +467,7 @@ impl RingPair {
             self.lent = None;
             return Ok(payload.len());
         }
-        if self.room()? < PULL_LEN as u64 {
+        if self.room_for(PULL_LEN as u64)? < PULL_LEN as u64 {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         self.lent_seq += 1;
@@ -528,7 +550,8 @@ impl Write for RingPair {
                 return self.write_vectored(&[IoSlice::new(head)]);
             }
         }
-        let mut room = self.room()?;
+        let want = bufs.iter().map(|b| b.len() as u64).sum::<u64>().max(1);
+        let mut room = self.room_for(want)?;
         let mut n = 0u64;
         for b in bufs {
             let take = (b.len() as u64).min(room) as usize;
@@ -684,9 +707,10 @@ mod tests {
         let e = b.read(&mut [0u8; 8]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidData);
         assert!(e.to_string().contains("corrupt"), "{e}");
-        // The reader claims to have read bytes never written.
+        // The reader claims to have read bytes never written: seen when the writer next needs
+        // the reader's head, here for more than the room it knows of.
         a.out.control().head.store(1 << 40, Ordering::Release);
-        assert_eq!(a.write(b"x").unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert_eq!(a.write(&[1u8; 60]).unwrap_err().kind(), io::ErrorKind::InvalidData);
     }
 
     #[test]
