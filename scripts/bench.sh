@@ -18,7 +18,7 @@
 #   scripts/bench.sh rejoin     kill / shrink / join (grow) / verify for 10 minutes a transport,
 #                               with the open files and memory of a long-lived rank
 #   scripts/bench.sh alltoall   float32 all_to_all, both schedules, beside Open MPI's MPI_Alltoall
-#                               (shared memory and TCP) and Gloo (dist.all_to_all_single)
+#                               (shared memory and TCP), and through torch: Gloo and boltccl
 # Each one's knobs are described at the top of scripts/bench/<name>.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -5,8 +5,9 @@ algbw = the bytes of one rank's whole input / time), then the ratios.
   python3 scripts/bench/alltoall-table.py RESULTS.jsonl
 
 Ratios: boltccl against Open MPI's shared memory, boltccl-tcp against Open MPI over TCP and
-the best TCP peer (Open MPI TCP, Gloo); a latency ratio below 1 and a busbw ratio above 1 mean
-boltccl is ahead. "pairwise / at once": the time of BOLTCCL_ALGO=ring (pairwise rounds) over
+the best TCP peer (Open MPI TCP, Gloo), and boltccl through torch (torch-boltccl, shared memory)
+against Gloo through torch; a latency ratio below 1 and a busbw ratio above 1 mean boltccl is
+ahead. "pairwise / at once": the time of BOLTCCL_ALGO=ring (pairwise rounds) over
 that of auto (every peer at once), over shared memory and TCP: above 1, the rounds are slower.
 """
 import json
@@ -14,7 +15,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-COLS = ["boltccl", "boltccl-pairwise", "mpi-shm", "boltccl-tcp", "boltccl-tcp-pairwise", "mpi-tcp", "gloo"]
+COLS = ["boltccl", "boltccl-pairwise", "mpi-shm", "boltccl-tcp", "boltccl-tcp-pairwise", "mpi-tcp", "gloo", "torch-boltccl"]
 
 
 def human(b):
@@ -34,7 +35,7 @@ def main(path):
                 print(f"WRONG RESULT: {r['peer']} n={r['n']} {human(r['bytes'])}")
     for n in sorted({k[1] for k in figs}):
         cols = [c for c in COLS if any(k[0] == c and k[1] == n for k in figs)]
-        extra = ["latency vs mpi-shm", "busbw vs mpi-shm", "tcp: latency vs mpi-tcp", "tcp: busbw vs best TCP peer", "pairwise / at once (shm)", "pairwise / at once (tcp)"]
+        extra = ["latency vs mpi-shm", "busbw vs mpi-shm", "tcp: latency vs mpi-tcp", "tcp: busbw vs best TCP peer", "torch: latency vs gloo", "torch: busbw vs gloo", "pairwise / at once (shm)", "pairwise / at once (tcp)"]
         print(f"\n### float32 all_to_all, {n} ranks (latency µs / busbw GB/s)\n")
         print("| size | " + " | ".join(cols + extra) + " |")
         print("|" + "---|" * (1 + len(cols) + len(extra)))
@@ -52,6 +53,8 @@ def main(path):
                 r("boltccl", "mpi-shm", "{:.2f}×", bus),
                 r("boltccl-tcp", "mpi-tcp", "{:.2f}"),
                 r("boltccl-tcp", best_tcp, "{:.2f}×", bus) if best_tcp else "—",
+                r("torch-boltccl", "gloo", "{:.2f}"),
+                r("torch-boltccl", "gloo", "{:.2f}×", bus),
                 r("boltccl-pairwise", "boltccl", "{:.2f}"),
                 r("boltccl-tcp-pairwise", "boltccl-tcp", "{:.2f}"),
             ]

@@ -2,15 +2,15 @@
 # float32 all_to_all side by side, one run on this machine: boltccl (shared memory, and TCP
 # with BOLTCCL_BACKEND=tcp), each with its two schedules (BOLTCCL_ALGO=auto: every peer at once;
 # BOLTCCL_ALGO=ring: pairwise rounds), against Open MPI's MPI_Alltoall over shared memory
-# (vader) and TCP (C, scripts/bench/alltoall_mpi.c, the peers' timing protocol) and Gloo's
-# dist.all_to_all_single through torch (scripts/bench/alltoall_gloo.py, on the peers' harness
-# in ../shared/bench/peers).
+# (vader) and TCP (C, scripts/bench/alltoall_mpi.c, the peers' timing protocol), and
+# dist.all_to_all_single through torch with backend "gloo" and with backend "boltccl" (column
+# torch-boltccl; scripts/bench/alltoall_torch.py, on the peers' harness in ../shared/bench/peers).
 #   scripts/bench.sh alltoall
 # Knobs: A2A_NS ("2 4"), A2A_BUDGET_S (1.0 s a cell), A2A_SIZES (bytes per rank, the whole
-# input; default 4·n, 1 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB), GLOO_PY (a python with torch:
-# target/frameworks-venv's, else Debian's python3-torch), BENCH_OUT. Each rank count runs the
-# peers, then the four boltccl columns, into one results file; the table (medians, ratios)
-# goes to stdout and $BENCH_OUT/alltoall.md.
+# input; default 4·n, 1 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB), TORCH_PY (a python with torch
+# and boltccl: target/frameworks-venv's, made by scripts/test-frameworks.sh), BENCH_OUT. Each
+# rank count runs the peers, then the boltccl columns, into one results file; the table
+# (medians, ratios) goes to stdout and $BENCH_OUT/alltoall.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PEERS="${PEERS_DIR:-$ROOT/../shared/bench/peers}"
@@ -18,12 +18,9 @@ OUT="${BENCH_OUT:-$ROOT/target/bench-alltoall}"
 NS="${A2A_NS:-2 4}"
 BUDGET="${A2A_BUDGET_S:-1.0}"
 mkdir -p "$OUT"
-GLOO_PY="${GLOO_PY:-}"
-if [ -z "$GLOO_PY" ]; then
-  GLOO_PY="$ROOT/target/frameworks-venv/bin/python"
-  [ -x "$GLOO_PY" ] || GLOO_PY=/usr/bin/python3
-fi
-"$GLOO_PY" -c 'import torch.distributed' || { echo "$GLOO_PY has no torch: set GLOO_PY" >&2; exit 1; }
+TORCH_PY="${TORCH_PY:-$ROOT/target/frameworks-venv/bin/python}"
+"$TORCH_PY" -c 'import torch.distributed, boltccl.torch' ||
+  { echo "$TORCH_PY cannot import torch and boltccl.torch: run scripts/test-frameworks.sh or set TORCH_PY" >&2; exit 1; }
 command -v mpicc >/dev/null || { echo "needs Open MPI (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
 
 if [ -z "${BOLTCCL_BIN:-}" ]; then
@@ -42,10 +39,12 @@ for n in $NS; do
   echo "--- n=$n mpi-tcp"
   timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo -np "$n" \
     "$OUT/alltoall_mpi" "$RES" mpi-tcp "$BUDGET" "$sizes" || echo "mpi-tcp n=$n failed rc=$?"
-  echo "--- n=$n gloo"
-  PEER_SIZES="$sizes" PEER_BUDGET_S="$BUDGET" timeout -k 10 600 "$GLOO_PY" "$PEERS/launch_local.py" "$n" \
-    --port $((29700 + n)) --timeout 590 -- "$GLOO_PY" "$ROOT/scripts/bench/alltoall_gloo.py" "$PEERS" "$RES" ||
-    echo "gloo n=$n failed rc=$?"
+  for backend in gloo boltccl; do
+    echo "--- n=$n torch $backend"
+    PEER_SIZES="$sizes" PEER_BUDGET_S="$BUDGET" timeout -k 10 600 "$TORCH_PY" "$PEERS/launch_local.py" "$n" \
+      --port $((29700 + n)) --timeout 590 -- "$TORCH_PY" "$ROOT/scripts/bench/alltoall_torch.py" "$PEERS" "$RES" "$backend" ||
+      echo "torch $backend n=$n failed rc=$?"
+  done
   # label=backend=algorithm
   for entry in boltccl=auto=auto boltccl-pairwise=auto=ring boltccl-tcp=tcp=auto boltccl-tcp-pairwise=tcp=ring; do
     IFS== read -r label backend algo <<<"$entry"
