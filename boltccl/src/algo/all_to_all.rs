@@ -19,7 +19,7 @@
 //! ranks, with an error naming both ranks and both counts ([`crate::wire::check`]).
 
 use super::plan::pieces;
-use super::{Comm, Small};
+use super::{pieces_mut, Comm, Small};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
 use crate::wire::{Header, Phase};
@@ -93,11 +93,7 @@ pub(crate) fn exchange_parts(
         r.reserve(recvs.iter().map(|(_, buf, _)| per_peer(buf.len())).sum());
         for (q, buf, n) in recvs.iter_mut() {
             let (q, n) = (*q, *n);
-            let batch: Small<&mut [u8]> = match buf.len() {
-                0 if b == 0 => smallvec![&mut buf[..]],
-                _ => buf.chunks_mut(chunk).skip(first).take(BATCH).collect(),
-            };
-            for (k, piece) in batch.into_iter().enumerate() {
+            for (k, piece) in pieces_mut(buf, chunk).skip(first).take(BATCH).enumerate() {
                 let expect = pair_hdr(comm, phase, b, k, piece.len(), n.map(|n| (n, me)))?;
                 r.push(RecvOp { peer: comm.peer(q), expect, buf: piece });
             }
@@ -152,15 +148,12 @@ pub(crate) fn all_to_all(
         c.as_ref().map(|c| if sending { c.send[q] } else { c.recv[q] })
     };
     if !pairwise {
+        let others: Small<usize> = (0..p).filter(|&q| q != me).collect();
         let lead = match &counts {
-            Some(c) => {
-                let others: Small<usize> = (0..p).filter(|&q| q != me).collect();
-                count_frames(comm, c, &others, &others)?
-            }
+            Some(c) => count_frames(comm, c, &others, &others)?,
             None => (Vec::new(), Vec::new()),
         };
-        let others = (0..p).filter(|&q| q != me);
-        let sends = others.map(|q| (q, &input[send[q].clone()], pair(&counts, q, true))).collect();
+        let sends = others.iter().map(|&q| (q, &input[send[q].clone()], pair(&counts, q, true))).collect();
         let recvs = parts
             .into_iter()
             .enumerate()

@@ -181,11 +181,15 @@ pub(crate) fn cut<T: AsRef<[u8]> + ?Sized>(r: &T, chunk: usize) -> Vec<&[u8]> {
 
 /// [`cut`] for a buffer that is written.
 pub(crate) fn cut_mut(r: &mut [u8], chunk: usize) -> Vec<&mut [u8]> {
-    if r.is_empty() {
-        vec![r]
-    } else {
-        r.chunks_mut(chunk).collect()
-    }
+    pieces_mut(r, chunk).collect()
+}
+
+/// [`cut_mut`]'s pieces one at a time, for callers that take a few and keep no list.
+pub(crate) fn pieces_mut(r: &mut [u8], chunk: usize) -> impl Iterator<Item = &mut [u8]> {
+    // `chunks_mut` of an empty slice yields nothing: the empty head stands in for it.
+    let only_if_empty = r.is_empty();
+    let (empty, r) = r.split_at_mut(0);
+    std::iter::once(empty).filter(move |_| only_if_empty).chain(r.chunks_mut(chunk))
 }
 
 /// Fold the contributions of ranks 0..p to one piece into `out`, in rank order.

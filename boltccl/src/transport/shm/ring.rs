@@ -395,12 +395,11 @@ impl RingPair {
     /// Bytes the writer may put in, looking at the reader's head again only when fewer than
     /// `want` are known to be free.
     fn room_for(&mut self, want: u64) -> io::Result<u64> {
-        let known = self.out.capacity - self.tail.wrapping_sub(self.seen_head);
-        if known >= want {
-            return Ok(known);
+        let room = |head: u64| self.out.capacity - self.tail.wrapping_sub(head);
+        if room(self.seen_head) < want {
+            self.seen_head = self.head_now()?;
         }
-        self.seen_head = self.head_now()?;
-        Ok(self.out.capacity - self.tail.wrapping_sub(self.seen_head))
+        Ok(room(self.seen_head))
     }
 
     /// Bytes waiting to be read (loads the writer's tail).
