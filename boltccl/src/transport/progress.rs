@@ -268,14 +268,16 @@ impl Engine {
             self.told = true;
             return Err(e);
         }
-        for (c, ch) in self.channels.iter_mut().enumerate() {
+        // Only the channels this exchange uses are begun, pumped and checked: a small call over
+        // shared memory should not pay for the sockets too. The others hold no pending
+        // operation: their last exchange completed, or failed, and links that failed carry no
+        // exchange until a shrink has resynced them, which clears their queues.
+        let peers = sends.iter().map(|s| s.peer).chain(recvs.iter().map(|r| r.peer));
+        let active = peers.fold(0u64, |m, peer| m | 1 << self.route[peer]);
+        for (c, ch) in used(&mut self.channels, active) {
             let route = &self.route;
             ch.begin(sends, recvs, &|peer| route[peer] == c)?;
         }
-        // Only the channels this exchange uses are pumped: a small call over shared memory
-        // should not pay for polling the sockets too.
-        let used = sends.iter().map(|s| s.peer).chain(recvs.iter().map(|r| r.peer));
-        let active = used.fold(0u64, |m, peer| m | 1 << self.route[peer]);
         self.told = false;
         let r = self.drive(sends, recvs, on_recv, limits, active);
         if r.is_err() {
@@ -352,7 +354,7 @@ impl Engine {
         let (mut polls, mut progressed, mut spinning) = (0u32, false, !wait.hard.is_zero());
         loop {
             let mut moved = false;
-            for (_, ch) in channels.iter_mut().enumerate().filter(|(c, _)| uses(*c)) {
+            for (_, ch) in used(channels, active) {
                 moved |= ch.pump(sends, recvs, on_recv)?;
             }
             if let Some(e) = limits.abort.as_ref().and_then(|a| a.error()) {
@@ -387,8 +389,8 @@ impl Engine {
             }
             if now >= *next_control {
                 *next_control = now + CONTROL_CHECK;
-                if let Err(e) = check(channels, control.as_mut(), told) {
-                    return finish_on_what_arrived(e, channels, sends, recvs, on_recv, lost);
+                if let Err(e) = check(channels, active, control.as_mut(), told) {
+                    return finish_on_what_arrived(e, channels, active, sends, recvs, on_recv, lost);
                 }
             }
             if now >= *next_interrupt {
@@ -439,8 +441,8 @@ impl Engine {
                     sleep(&mut fds, until.saturating_duration_since(now))?;
                     drop(fds);
                     // What woke us may be news, not data: read it at once.
-                    if let Err(e) = check(channels, control.as_mut(), told) {
-                        return finish_on_what_arrived(e, channels, sends, recvs, on_recv, lost);
+                    if let Err(e) = check(channels, active, control.as_mut(), told) {
+                        return finish_on_what_arrived(e, channels, active, sends, recvs, on_recv, lost);
                     }
                     *next_control = Instant::now() + CONTROL_CHECK;
                 }
@@ -472,16 +474,21 @@ fn follow_waits(err: Error, waits_of: impl Fn(usize) -> Option<usize>) -> Error 
     Error::Timeout { op, rank: at, after }
 }
 
-/// Read the control plane's news and let every channel look for silently lost peers. News
-/// from the control plane sets `told`: it already names the cause (another rank's abort), and
-/// looking again could only find a later, lesser event, such as that rank exiting after it
+/// The channels in the `active` mask (bit c: channel c), with their indices.
+fn used(channels: &mut [Box<dyn Channel>], active: u64) -> impl Iterator<Item = (usize, &mut Box<dyn Channel>)> {
+    channels.iter_mut().enumerate().filter(move |(c, _)| active >> c & 1 == 1)
+}
+
+/// Read the control plane's news and let every `active` channel look for silently lost peers.
+/// News from the control plane sets `told`: it already names the cause (another rank's abort),
+/// and looking again could only find a later, lesser event, such as that rank exiting after it
 /// sent the abort.
-fn check(channels: &mut [Box<dyn Channel>], control: &mut dyn Control, told: &mut bool) -> Result<()> {
+fn check(channels: &mut [Box<dyn Channel>], active: u64, control: &mut dyn Control, told: &mut bool) -> Result<()> {
     if let Some(e) = control.check() {
         *told = true;
         return Err(e);
     }
-    channels.iter_mut().try_for_each(|c| c.check())
+    used(channels, active).try_for_each(|(_, c)| c.check())
 }
 
 /// A peer is gone (`err`), but a peer sends its last message before it exits, and the news of
@@ -492,6 +499,7 @@ fn check(channels: &mut [Box<dyn Channel>], control: &mut dyn Control, told: &mu
 fn finish_on_what_arrived(
     err: Error,
     channels: &mut [Box<dyn Channel>],
+    active: u64,
     sends: &[SendOp<'_>],
     recvs: &mut [RecvOp<'_>],
     on_recv: &mut OnRecv<'_>,
@@ -500,20 +508,20 @@ fn finish_on_what_arrived(
     if !matches!(err, Error::PeerLost { .. }) {
         return Err(err);
     }
-    let lag = channels.iter().filter(|c| c.waiting_on().is_some()).map(|c| c.arrival_lag()).max();
+    let lag = used(channels, active).filter(|(_, c)| c.waiting_on().is_some()).map(|(_, c)| c.arrival_lag()).max();
     let lag = lag.unwrap_or_default();
     // Bounded: a dead peer sends nothing more, what the live ones send is this exchange's,
     // and a lag without progress ends it.
     let mut last_progress = Instant::now();
     loop {
         let mut moved = false;
-        for ch in channels.iter_mut() {
+        for (_, ch) in used(channels, active) {
             // A link failing now fails because of the loss (a peer that saw it withdrew what
             // it was sending): the loss is the cause to report.
             let Ok(m) = ch.pump(sends, recvs, on_recv) else { return Err(err) };
             moved |= m;
         }
-        if channels.iter().all(|c| c.waiting_on().is_none()) {
+        if used(channels, active).all(|(_, c)| c.waiting_on().is_none()) {
             *lost = Some(err);
             return Ok(());
         }
