@@ -63,7 +63,7 @@ pub(crate) struct Comm<'a> {
     pub base: Header,
     /// Pipelining unit, bytes (a multiple of 8, so of every element size).
     pub chunk: usize,
-    pub limits: Limits,
+    pub limits: Limits<'a>,
 }
 
 impl Comm<'_> {

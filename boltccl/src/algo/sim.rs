@@ -149,7 +149,7 @@ impl Transport for Sim {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        _limits: &Limits,
+        _limits: &Limits<'_>,
     ) -> Result<()> {
         let (me, n) = (self.rank, self.size());
         let mut st = self.board.state.lock();

@@ -540,7 +540,7 @@ impl Core {
             op: call.name(),
             interrupt: self.shared.interrupt.lock().clone(),
             bytes: call.count * call.dtype.size(),
-            abort: Some(self.shared.abort.clone()),
+            abort: Some(&self.shared.abort),
         };
         let mut comm =
             Comm { t: &mut **transport, members: &self.members, me: self.me, base, chunk: self.chunk, limits };

@@ -93,7 +93,7 @@ impl Transport for Links {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        limits: &Limits,
+        limits: &Limits<'_>,
     ) -> Result<()> {
         if self.aborted {
             return Err(Error::Internal("exchange on an aborted transport".into()));

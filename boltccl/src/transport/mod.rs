@@ -53,7 +53,7 @@ pub type InterruptCheck = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Limits for one exchange.
 #[derive(Clone)]
-pub struct Limits {
+pub struct Limits<'a> {
     /// Fail if nothing moves for this long.
     pub timeout: Duration,
     /// Name of the call, for error messages.
@@ -63,10 +63,10 @@ pub struct Limits {
     /// The call's size in bytes (its count of elements), for the wait policy.
     pub bytes: usize,
     /// Set from another thread (`Group::abort`): the call stops at once.
-    pub abort: Option<std::sync::Arc<AbortSignal>>,
+    pub abort: Option<&'a AbortSignal>,
 }
 
-impl Limits {
+impl Limits<'_> {
     /// Run the interrupt check, if any.
     pub fn interrupted(&self) -> Result<()> {
         match &self.interrupt {
@@ -167,7 +167,7 @@ pub trait Transport: Send {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        limits: &Limits,
+        limits: &Limits<'_>,
     ) -> Result<()>;
     /// Best effort, never blocking for long: tell every rank that this job is failing because
     /// of `cause`, and close the data links so no one waits on this rank.

@@ -261,7 +261,7 @@ impl Engine {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        limits: &Limits,
+        limits: &Limits<'_>,
     ) -> Result<()> {
         if let Some(e) = self.lost.take() {
             // Known before this exchange began, and its own explanation.
@@ -341,7 +341,7 @@ impl Engine {
         sends: &[SendOp<'_>],
         recvs: &mut [RecvOp<'_>],
         on_recv: &mut OnRecv<'_>,
-        limits: &Limits,
+        limits: &Limits<'_>,
         active: u64,
     ) -> Result<()> {
         let Engine { channels, control, wait, pace, told, lost, .. } = self;
