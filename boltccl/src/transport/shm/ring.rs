@@ -272,7 +272,9 @@ impl RingView {
         // these bytes until the tail that covers them is published (release, after the copy).
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(start), first);
-            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, src.len() - first);
+            if first < src.len() {
+                std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, src.len() - first);
+            }
         }
     }
 
@@ -284,7 +286,9 @@ impl RingView {
         // them is published (release, after the copy).
         unsafe {
             std::ptr::copy_nonoverlapping(self.data.add(start), dst.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(self.data, dst.as_mut_ptr().add(first), dst.len() - first);
+            if first < dst.len() {
+                std::ptr::copy_nonoverlapping(self.data, dst.as_mut_ptr().add(first), dst.len() - first);
+            }
         }
     }
 }
