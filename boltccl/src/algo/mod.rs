@@ -138,7 +138,13 @@ pub(crate) fn regions<'b>(buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<
     let key = |r: &Range<usize>| (r.start, r.end);
     // Ranges mostly come in address order already (the parts of an all-to-all): split at once.
     if ranges.is_sorted_by_key(key) {
-        return split_in_order(buf, ranges.iter()).collect();
+        // A loop, not a `collect` into a `Result`: that one's adapter cost 20 ns of a 0.4 µs
+        // all_to_all (2026-12-03).
+        let mut out = Small::new();
+        for view in split_in_order(buf, ranges.iter()) {
+            out.push(view?);
+        }
+        return Ok(out);
     }
     // Else split in address order (empty ranges first at a shared start), then put back.
     let mut order: Small<usize> = (0..ranges.len()).collect();
