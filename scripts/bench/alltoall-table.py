@@ -9,13 +9,15 @@ the best TCP peer (Open MPI TCP, Gloo), and boltccl through torch (torch-boltccl
 against Gloo through torch; a latency ratio below 1 and a busbw ratio above 1 mean boltccl is
 ahead. "pairwise / at once": the time of BOLTCCL_ALGO=ring (pairwise rounds) over
 that of auto (every peer at once), over shared memory and TCP: above 1, the rounds are slower.
+With several rounds in the file, each cell is the median over them. A boltccl-baseline column
+(an older build, BOLTCCL_BASELINE) adds "vs baseline": boltccl's latency over its.
 """
 import json
 import statistics
 import sys
 from collections import defaultdict
 
-COLS = ["boltccl", "boltccl-pairwise", "mpi-shm", "boltccl-tcp", "boltccl-tcp-pairwise", "mpi-tcp", "gloo", "torch-boltccl"]
+COLS = ["boltccl", "boltccl-baseline", "boltccl-pairwise", "mpi-shm", "boltccl-tcp", "boltccl-tcp-pairwise", "mpi-tcp", "gloo", "torch-boltccl"]
 
 
 def human(b):
@@ -35,19 +37,22 @@ def main(path):
                 print(f"WRONG RESULT: {r['peer']} n={r['n']} {human(r['bytes'])}")
     for n in sorted({k[1] for k in figs}):
         cols = [c for c in COLS if any(k[0] == c and k[1] == n for k in figs)]
-        extra = ["latency vs mpi-shm", "busbw vs mpi-shm", "tcp: latency vs mpi-tcp", "tcp: busbw vs best TCP peer", "torch: latency vs gloo", "torch: busbw vs gloo", "pairwise / at once (shm)", "pairwise / at once (tcp)"]
+        base = any(k[0] == "boltccl-baseline" and k[1] == n for k in figs)
+        extra = (["vs baseline"] if base else []) + ["latency vs mpi-shm", "busbw vs mpi-shm", "tcp: latency vs mpi-tcp", "tcp: busbw vs best TCP peer", "torch: latency vs gloo", "torch: busbw vs gloo", "pairwise / at once (shm)", "pairwise / at once (tcp)"]
         print(f"\n### float32 all_to_all, {n} ranks (latency µs / busbw GB/s)\n")
         print("| size | " + " | ".join(cols + extra) + " |")
         print("|" + "---|" * (1 + len(cols) + len(extra)))
         for b in sorted({k[2] for k in figs if k[1] == n}):
             lat = {c: statistics.median(figs[(c, n, b)]) for c in cols if figs.get((c, n, b))}
             bus = {c: b / (t * 1e-6) / 1e9 * (n - 1) / n for c, t in lat.items()}
-            cells = [f"{lat[c]:,.1f} / {bus[c]:.3f}" if c in lat else "—" for c in cols]
+            # Two decimals under 10 µs: the small cells differ by tenths.
+            cells = [f"{lat[c]:,.{2 if lat[c] < 10 else 1}f} / {bus[c]:.3f}" if c in lat else "—" for c in cols]
 
             def r(a, d, fmt, m=lat):
                 return fmt.format(m[a] / m[d]) if a in m and d in m and m[d] else "—"
 
             best_tcp = max((p for p in ("mpi-tcp", "gloo") if p in bus), key=lambda p: bus[p], default=None)
+            cells += [r("boltccl", "boltccl-baseline", "{:.2f}")] if base else []
             cells += [
                 r("boltccl", "mpi-shm", "{:.2f}"),
                 r("boltccl", "mpi-shm", "{:.2f}×", bus),

@@ -6,16 +6,23 @@
 # dist.all_to_all_single through torch with backend "gloo" and with backend "boltccl" (column
 # torch-boltccl; scripts/bench/alltoall_torch.py, on the peers' harness in ../shared/bench/peers).
 #   scripts/bench.sh alltoall
-# Knobs: A2A_NS ("2 4"), A2A_BUDGET_S (1.0 s a cell), A2A_SIZES (bytes per rank, the whole
-# input; default 4·n, 1 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB), TORCH_PY (a python with torch
-# and boltccl: target/frameworks-venv's, made by scripts/test-frameworks.sh), BENCH_OUT. Each
-# rank count runs the peers, then the boltccl columns, into one results file; the table
-# (medians, ratios) goes to stdout and $BENCH_OUT/alltoall.md.
+# Knobs: A2A_NS ("2 4"), A2A_ROUNDS (1), A2A_BUDGET_S (1.0 s a cell), A2A_SIZES (bytes per
+# rank, the whole input; default 4·n, 1 KiB, 64 KiB, 1 MiB, 16 MiB, 64 MiB), TORCH_PY (a
+# python with torch and boltccl: target/frameworks-venv's, made by scripts/test-frameworks.sh),
+# BENCH_OUT; BOLTCCL_BIN measures a given build instead of building this checkout, and
+# BOLTCCL_BASELINE=/path/to/an/older/boltccl adds its shared-memory figures as column
+# boltccl-baseline (a before/after of a change, in the same run). Each round runs, per rank
+# count, the peers, then the boltccl columns, into one results file; the table (each cell the
+# median over the rounds of its per-round figure, then the ratios) goes to stdout and
+# $BENCH_OUT/alltoall.md. This VM has states that last seconds to minutes in which small
+# messages between two cores take twice as long, for Open MPI as for boltccl: with one round,
+# a cell is a draw of that state, with three the draws mostly cancel.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PEERS="${PEERS_DIR:-$ROOT/../shared/bench/peers}"
 OUT="${BENCH_OUT:-$ROOT/target/bench-alltoall}"
 NS="${A2A_NS:-2 4}"
+ROUNDS="${A2A_ROUNDS:-1}"
 BUDGET="${A2A_BUDGET_S:-1.0}"
 mkdir -p "$OUT"
 TORCH_PY="${TORCH_PY:-$ROOT/target/frameworks-venv/bin/python}"
@@ -31,26 +38,31 @@ mpicc -O2 -o "$OUT/alltoall_mpi" "$ROOT/scripts/bench/alltoall_mpi.c"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo --mca pml ob1)
 RES="$OUT/alltoall-$(date +%Y%m%d-%H%M%S).jsonl"
 : >"$RES"
-for n in $NS; do
-  sizes="${A2A_SIZES:-$((4 * n)),1024,65536,1048576,16777216,67108864}"
-  echo "--- n=$n mpi-shm"
-  timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,vader -np "$n" "$OUT/alltoall_mpi" "$RES" mpi-shm "$BUDGET" "$sizes" ||
-    echo "mpi-shm n=$n failed rc=$?"
-  echo "--- n=$n mpi-tcp"
-  timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo -np "$n" \
-    "$OUT/alltoall_mpi" "$RES" mpi-tcp "$BUDGET" "$sizes" || echo "mpi-tcp n=$n failed rc=$?"
-  for backend in gloo boltccl; do
-    echo "--- n=$n torch $backend"
-    PEER_SIZES="$sizes" PEER_BUDGET_S="$BUDGET" timeout -k 10 600 "$TORCH_PY" "$PEERS/launch_local.py" "$n" \
-      --port $((29700 + n)) --timeout 590 -- "$TORCH_PY" "$ROOT/scripts/bench/alltoall_torch.py" "$PEERS" "$RES" "$backend" ||
-      echo "torch $backend n=$n failed rc=$?"
-  done
-  # label=backend=algorithm
-  for entry in boltccl=auto=auto boltccl-pairwise=auto=ring boltccl-tcp=tcp=auto boltccl-tcp-pairwise=tcp=ring; do
-    IFS== read -r label backend algo <<<"$entry"
-    echo "--- n=$n $label"
-    BOLTCCL_BACKEND="$backend" BOLTCCL_ALGO="$algo" "$BIN" bench -n "$n" --ops all-to-all --sizes "$sizes" \
-      --budget-s "$BUDGET" --json "$RES" --label "$label" || echo "$label n=$n failed rc=$?"
+for round in $(seq 1 "$ROUNDS"); do
+  for n in $NS; do
+    sizes="${A2A_SIZES:-$((4 * n)),1024,65536,1048576,16777216,67108864}"
+    echo "--- n=$n mpi-shm (round $round)"
+    timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,vader -np "$n" "$OUT/alltoall_mpi" "$RES" mpi-shm "$BUDGET" "$sizes" ||
+      echo "mpi-shm n=$n failed rc=$?"
+    echo "--- n=$n mpi-tcp (round $round)"
+    timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo -np "$n" \
+      "$OUT/alltoall_mpi" "$RES" mpi-tcp "$BUDGET" "$sizes" || echo "mpi-tcp n=$n failed rc=$?"
+    for backend in gloo boltccl; do
+      echo "--- n=$n torch $backend (round $round)"
+      PEER_SIZES="$sizes" PEER_BUDGET_S="$BUDGET" timeout -k 10 600 "$TORCH_PY" "$PEERS/launch_local.py" "$n" \
+        --port $((29700 + n)) --timeout 590 -- "$TORCH_PY" "$ROOT/scripts/bench/alltoall_torch.py" "$PEERS" "$RES" "$backend" ||
+        echo "torch $backend n=$n failed rc=$?"
+    done
+    # label=backend=algorithm=binary
+    entries=("boltccl=auto=auto=$BIN" "boltccl-pairwise=auto=ring=$BIN" "boltccl-tcp=tcp=auto=$BIN"
+      "boltccl-tcp-pairwise=tcp=ring=$BIN")
+    [ -n "${BOLTCCL_BASELINE:-}" ] && entries+=("boltccl-baseline=auto=auto=$BOLTCCL_BASELINE")
+    for entry in "${entries[@]}"; do
+      IFS== read -r label backend algo bin <<<"$entry"
+      echo "--- n=$n $label (round $round)"
+      BOLTCCL_BACKEND="$backend" BOLTCCL_ALGO="$algo" "$bin" bench -n "$n" --ops all-to-all --sizes "$sizes" \
+        --budget-s "$BUDGET" --json "$RES" --label "$label" --round "$round" || echo "$label n=$n failed rc=$?"
+    done
   done
 done
 echo "# $(date '+%Y-%m-%d %H:%M'), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end" | tee "$OUT/alltoall.md"
