@@ -151,9 +151,9 @@ pub(crate) fn all_to_all(
         let mut s: Small<SendOp<'_>> = Small::new();
         let mut r: Small<RecvOp<'_>> = Small::new();
         for (q, buf) in parts.into_iter().enumerate().filter(|&(q, _)| q != me) {
-            let header = comm.hdr(Phase::AllToAll, 0, 0, buf.len())?;
-            s.push(SendOp { peer: comm.peer(q), header, data: &input[send[q].clone()] });
-            r.push(RecvOp { peer: comm.peer(q), expect: header, buf });
+            let data = &input[send[q].clone()];
+            s.push(SendOp { peer: comm.peer(q), header: comm.hdr(Phase::AllToAll, 0, 0, data.len())?, data });
+            r.push(RecvOp { peer: comm.peer(q), expect: comm.hdr(Phase::AllToAll, 0, 0, buf.len())?, buf });
         }
         return comm.exchange(&s, &mut r, &mut |_, _| Ok(()));
     }
