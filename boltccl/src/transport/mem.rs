@@ -13,10 +13,12 @@ use crate::wire;
 use parking_lot::Mutex;
 use rustix::event::PollFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The `n` ranks of an in-process world, each a [`Links`] over shared-memory rings of
-/// `ring_bytes` bytes pulling payloads of at least `pull_bytes` (0: none), in rank order.
-pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize) -> Vec<Links> {
+/// `ring_bytes` bytes pulling payloads of at least `pull_bytes` (0: none), in rank order;
+/// `spin` is the polling budget (`BOLTCCL_SPIN_US`), if set.
+pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize, spin: Option<Duration>) -> Vec<Links> {
     let inboxes: Vec<Arc<Inbox>> = (0..n)
         .map(|r| {
             let rings = n.saturating_sub(1).max(1);
@@ -34,7 +36,7 @@ pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize) -> Vec<Links
         false => Pulls::default(),
     };
     // Threads of one process share its cores.
-    let wait = WaitPolicy::here(n, None);
+    let wait = WaitPolicy::here(n, spin);
     let group: Vec<usize> = (0..n).collect();
     (0..n)
         .map(|rank| {
