@@ -6,7 +6,7 @@
 //! the minimum for an all-reduce, over all P-1 links in parallel.
 
 use super::plan::{bytes, partition, piece_count, pieces};
-use super::{cut, cut_mut, fold_rank_order, regions, Comm, Pool, Scratch};
+use super::{cut, cut_mut, fold_rank_order, regions, Comm, Pool, Scratch, Small};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
 use crate::types::{DType, ReduceOp};
@@ -14,7 +14,8 @@ use crate::wire::Phase;
 use std::ops::Range;
 
 /// Every rank sends its contribution to `shards[q]` (byte ranges of `input`) to rank q; this
-/// rank folds all contributions to its own shard, in rank order, into `output`.
+/// rank folds all contributions to its own shard, in rank order, into `output`. A small call
+/// (the one-step all_sum of tensor-parallel decode) allocates nothing: its lists fit inline.
 pub(crate) fn reduce_to_owner(
     comm: &mut Comm<'_>,
     slots: &mut Pool,
@@ -26,21 +27,21 @@ pub(crate) fn reduce_to_owner(
 ) -> Result<()> {
     let (p, me, chunk) = (comm.size(), comm.me, comm.chunk);
     let others = p - 1;
-    let sources: Vec<&[u8]> = shards.iter().map(|r| &input[r.clone()]).collect();
+    let sources: Small<&[u8]> = shards.iter().map(|r| &input[r.clone()]).collect();
     let (local, out) = (sources[me], output);
     if others == 0 {
         out.copy_from_slice(local);
         return Ok(());
     }
-    let npieces: Vec<usize> = shards.iter().map(|r| piece_count(r.len(), chunk)).collect();
+    let most = shards.iter().map(|r| piece_count(r.len(), chunk)).max().unwrap_or(1);
     let batch = comm.batch(others);
-    let batches = npieces.iter().max().copied().unwrap_or(1).div_ceil(batch);
+    let batches = most.div_ceil(batch);
     let slot_bytes = batch * others * chunk;
-    let mut out_pieces: Vec<&mut [u8]> = out.chunks_mut(chunk).collect();
+    let mut out_pieces: Small<&mut [u8]> = out.chunks_mut(chunk).collect();
     let (slot_area, tmp) = slots.get(slot_bytes + chunk).split_at_mut(slot_bytes);
     for b in 0..batches {
         let first = b * batch;
-        let mut sends = Vec::with_capacity(others * batch);
+        let mut sends: Small<SendOp<'_>> = Small::with_capacity(others * batch.min(most - first));
         for q in (0..p).filter(|&q| q != me) {
             for (k, r) in pieces(0..sources[q].len(), chunk).enumerate().skip(first).take(batch) {
                 sends.push(SendOp {
@@ -50,8 +51,8 @@ pub(crate) fn reduce_to_owner(
                 });
             }
         }
-        let mine: Vec<Range<usize>> = pieces(0..shards[me].len(), chunk).skip(first).take(batch).collect();
-        let mut recvs = Vec::with_capacity(others * mine.len());
+        let mine: Small<Range<usize>> = pieces(0..shards[me].len(), chunk).skip(first).take(batch).collect();
+        let mut recvs: Small<RecvOp<'_>> = Small::with_capacity(others * mine.len());
         let mut slots = slot_area.chunks_mut(chunk);
         for (k, r) in mine.iter().enumerate() {
             for q in (0..p).filter(|&q| q != me) {
@@ -63,7 +64,7 @@ pub(crate) fn reduce_to_owner(
                 });
             }
         }
-        let mut arrived = vec![0usize; mine.len()];
+        let mut arrived: Small<usize> = smallvec::smallvec![0; mine.len()];
         let mut on_recv = |recvs: &[RecvOp<'_>], i: usize| {
             let k = i / others;
             arrived[k] += 1;

@@ -15,7 +15,7 @@
 
 use super::direct::{recv_pieces, send_pieces};
 use super::plan::{piece_count, pieces};
-use super::{Comm, Pool, Scratch};
+use super::{Comm, Pool, Scratch, Small};
 use crate::error::Result;
 use crate::reduce::{fold, Order};
 use crate::transport::{RecvOp, SendOp};
@@ -85,27 +85,28 @@ fn fold_step(
     buf: &mut [u8],
 ) -> Result<()> {
     let (chunk, batch, to) = (comm.chunk, comm.batch(1), comm.peer(peer));
-    let all: Vec<Range<usize>> = pieces(0..buf.len(), chunk).collect();
+    // Small lists, inline for the one-piece steps of a small call: it allocates nothing.
+    let all: Small<Range<usize>> = pieces(0..buf.len(), chunk).collect();
     let area = slots.get(batch.min(piece_count(buf.len(), chunk)) * chunk);
     for (b, these) in all.chunks(batch).enumerate() {
         let headers = these
             .iter()
             .enumerate()
             .map(|(k, r)| comm.hdr(Phase::Reduce, at, b * batch + k, r.len()))
-            .collect::<Result<Vec<_>>>()?;
-        let sends: Vec<SendOp<'_>> = if send {
+            .collect::<Result<Small<_>>>()?;
+        let sends: Small<SendOp<'_>> = if send {
             these.iter().zip(&headers).map(|(r, &header)| SendOp { peer: to, header, data: &buf[r.clone()] }).collect()
         } else {
-            Vec::new()
+            Small::new()
         };
-        let mut recvs: Vec<RecvOp<'_>> = these
+        let mut recvs: Small<RecvOp<'_>> = these
             .iter()
             .zip(&headers)
             .zip(area.chunks_mut(chunk))
             .map(|((r, &expect), slot)| RecvOp { peer: to, expect, buf: &mut slot[..r.len()] })
             .collect();
         comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
-        drop(sends);
+        drop((sends, recvs));
         for (r, slot) in these.iter().zip(area.chunks(chunk)) {
             fold(f.op, f.dtype, &mut buf[r.clone()], &slot[..r.len()], f.order);
         }

@@ -3,7 +3,7 @@
 //! choice for the small all_sums of tensor-parallel decode.
 
 use super::direct::reduce_to_owner;
-use super::{Comm, Scratch};
+use super::{Comm, Scratch, Small};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
 use crate::types::{DType, ReduceOp};
@@ -18,7 +18,7 @@ pub(crate) fn all_reduce(
     input: Option<&[u8]>,
     buf: &mut [u8],
 ) -> Result<()> {
-    let shards = vec![0..buf.len(); comm.size()];
+    let shards: Small<_> = smallvec::smallvec![0..buf.len(); comm.size()];
     let Scratch { slots, stage } = scratch;
     match input {
         Some(input) => reduce_to_owner(comm, slots, op, dtype, &shards, input, buf),
