@@ -19,7 +19,7 @@
 //! ranks, with an error naming both ranks and both counts ([`crate::wire::check`]).
 
 use super::plan::pieces;
-use super::{pieces_mut, Comm, Ops, Small};
+use super::{pieces_mut, Comm, Small};
 use crate::error::Result;
 use crate::transport::{RecvOp, SendOp};
 use crate::wire::{Header, Phase};
@@ -63,36 +63,25 @@ pub(crate) struct Round<'a, 'b> {
     pub recvs: Small<(usize, &'b mut [u8], Option<usize>)>,
 }
 
-/// Frames an exchange sends and receives ahead of its data: a root check, a count check.
-pub(crate) type Lead = (Small<SendOp<'static>>, Small<RecvOp<'static>>);
-
-/// An exchange's lists, beginning with `lead`, to which its own frames (borrowing the call's
-/// buffers) are added. One by one: a list of `'static` frames is not a list of borrowing ones.
-pub(crate) fn with_lead<'a, 'b>(lead: Lead) -> (Ops<SendOp<'a>>, Ops<RecvOp<'b>>) {
-    let (mut sends, mut recvs) = (Ops::with_capacity(lead.0.len()), Ops::with_capacity(lead.1.len()));
-    for s in lead.0 {
-        sends.push(s);
-    }
-    for r in lead.1 {
-        recvs.push(r);
-    }
-    (sends, recvs)
-}
-
 /// Send and receive `round`'s parts in `phase`, in chunk pieces, [`BATCH`] per peer per
 /// exchange. `lead` is sent and received in the first exchange ahead of the data (a root check,
 /// the count check).
-pub(crate) fn exchange_parts(comm: &mut Comm<'_>, phase: Phase, round: &mut Round<'_, '_>, lead: Lead) -> Result<()> {
+pub(crate) fn exchange_parts(
+    comm: &mut Comm<'_>,
+    phase: Phase,
+    round: &mut Round<'_, '_>,
+    lead: (Vec<SendOp<'static>>, Vec<RecvOp<'static>>),
+) -> Result<()> {
     let (me, chunk) = (comm.me, comm.chunk);
     let Round { sends, recvs } = round;
     // Pieces per part; an empty part is one empty piece (as `plan::pieces` plans).
     let count = |len: usize| len.div_ceil(chunk).max(1);
     let most = sends.iter().map(|(_, d, _)| count(d.len())).chain(recvs.iter().map(|(_, b, _)| count(b.len()))).max();
-    let mut lead = Some(lead);
+    let (mut lead_sends, mut lead_recvs) = lead;
     for b in 0..most.unwrap_or(0).div_ceil(BATCH).max(1) {
         let first = b * BATCH;
         let per_peer = |len: usize| count(len).saturating_sub(first).min(BATCH);
-        let (mut s, mut r) = with_lead(lead.take().unwrap_or_default());
+        let mut s: Small<SendOp<'_>> = std::mem::take(&mut lead_sends).into_iter().collect();
         s.reserve(sends.iter().map(|(_, d, _)| per_peer(d.len())).sum());
         for &(q, data, n) in sends.iter() {
             for (k, r) in pieces(0..data.len(), chunk).enumerate().skip(first).take(BATCH) {
@@ -100,6 +89,7 @@ pub(crate) fn exchange_parts(comm: &mut Comm<'_>, phase: Phase, round: &mut Roun
                 s.push(SendOp { peer: comm.peer(q), header, data: &data[r] });
             }
         }
+        let mut r: Small<RecvOp<'_>> = std::mem::take(&mut lead_recvs).into_iter().collect();
         r.reserve(recvs.iter().map(|(_, buf, _)| per_peer(buf.len())).sum());
         for (q, buf, n) in recvs.iter_mut() {
             let (q, n) = (*q, *n);
@@ -117,16 +107,21 @@ pub(crate) fn exchange_parts(comm: &mut Comm<'_>, phase: Phase, round: &mut Roun
 /// (which it receives from): to `from` an empty frame carrying how many elements this rank
 /// expects from it; from `to` one carrying how many `to` expects from this rank. Its step names
 /// the data's sender.
-fn count_frames(comm: &Comm<'_>, counts: &Counts<'_>, to: &[usize], from: &[usize]) -> Result<Lead> {
+fn count_frames(
+    comm: &Comm<'_>,
+    counts: &Counts<'_>,
+    to: &[usize],
+    from: &[usize],
+) -> Result<(Vec<SendOp<'static>>, Vec<RecvOp<'static>>)> {
     let me = comm.me;
     let frame = |sender: usize, count: usize, receiver: usize| -> Result<Header> {
         pair_hdr(comm, Phase::Counts, sender, 0, 0, Some((count, receiver)))
     };
-    let mut sends = Small::with_capacity(from.len());
+    let mut sends = Vec::with_capacity(from.len());
     for &q in from {
         sends.push(SendOp { peer: comm.peer(q), header: frame(q, counts.recv[q], me)?, data: &[] });
     }
-    let mut recvs = Small::with_capacity(to.len());
+    let mut recvs = Vec::with_capacity(to.len());
     for &q in to {
         recvs.push(RecvOp { peer: comm.peer(q), expect: frame(me, counts.send[q], q)?, buf: &mut [] });
     }
@@ -169,7 +164,7 @@ pub(crate) fn all_to_all(
         let others: Small<usize> = (0..p).filter(|&q| q != me).collect();
         let lead = match &counts {
             Some(c) => count_frames(comm, c, &others, &others)?,
-            None => Lead::default(),
+            None => (Vec::new(), Vec::new()),
         };
         let sends = others.iter().map(|&q| (q, &input[send[q].clone()], pair(&counts, q, true))).collect();
         let recvs = parts
@@ -185,7 +180,7 @@ pub(crate) fn all_to_all(
         let (to, from) = ((me + s) % p, (me + p - s) % p);
         let lead = match &counts {
             Some(c) => count_frames(comm, c, &[to], &[from])?,
-            None => Lead::default(),
+            None => (Vec::new(), Vec::new()),
         };
         let buf = parts[from].take().expect("each rank is received from once");
         let mut round = Round {

@@ -5,7 +5,6 @@
 //! reduced shard to every other). Each rank sends and receives (P-1)/P of the buffer twice,
 //! the minimum for an all-reduce, over all P-1 links in parallel.
 
-use super::all_to_all::{with_lead, Lead};
 use super::plan::{bytes, partition, piece_count, pieces};
 use super::{cut, cut_mut, fold_rank_order, regions, Comm, Pool, Scratch, Small};
 use crate::error::Result;
@@ -96,10 +95,10 @@ pub(crate) fn all_gather_ranges(
     let mine: &[u8] = mine;
     let batch = MAX_BATCH_GATHER;
     let npieces = shards.iter().map(|r| piece_count(r.len(), chunk)).max().unwrap_or(1);
-    let mut region_pieces: Small<Small<&mut [u8]>> = shard_views.into_iter().map(|r| cut_mut(r, chunk)).collect();
+    let mut region_pieces: Vec<Vec<&mut [u8]>> = shard_views.into_iter().map(|r| cut_mut(r, chunk)).collect();
     for b in 0..npieces.div_ceil(batch) {
         let first = b * batch;
-        let mut sends = Small::new();
+        let mut sends = Vec::new();
         for q in (0..p).filter(|&q| q != me) {
             for (k, r) in pieces(0..mine.len(), chunk).enumerate().skip(first).take(batch) {
                 sends.push(SendOp {
@@ -109,7 +108,7 @@ pub(crate) fn all_gather_ranges(
                 });
             }
         }
-        let mut recvs = Small::new();
+        let mut recvs = Vec::new();
         for (q, region) in region_pieces.iter_mut().enumerate() {
             if q == me {
                 continue;
@@ -146,12 +145,9 @@ pub(crate) fn all_reduce(
 ) -> Result<()> {
     let (p, me, chunk, e) = (comm.size(), comm.me, comm.chunk, dtype.size());
     let others = p - 1;
-    // The large all_sum: its lists are long, and a few allocations a call do not show.
     let shards: Vec<Range<usize>> = partition(buf.len() / e, p).iter().map(|r| bytes(r, e)).collect();
-    let inputs: Option<Vec<Vec<&[u8]>>> =
-        input.map(|i| shards.iter().map(|r| cut(&i[r.clone()], chunk).into_vec()).collect());
-    let mut pieces: Vec<Vec<&mut [u8]>> =
-        regions(buf, &shards)?.into_iter().map(|r| cut_mut(r, chunk).into_vec()).collect();
+    let inputs: Option<Vec<Vec<&[u8]>>> = input.map(|i| shards.iter().map(|r| cut(&i[r.clone()], chunk)).collect());
+    let mut pieces: Vec<Vec<&mut [u8]>> = regions(buf, &shards)?.into_iter().map(|r| cut_mut(r, chunk)).collect();
     let batch = comm.batch(others);
     let batches = pieces.iter().map(Vec::len).max().unwrap_or(1).div_ceil(batch);
     let (slot_area, tmp) = scratch.slots.get(batch * others * chunk + chunk).split_at_mut(batch * others * chunk);
@@ -278,7 +274,7 @@ pub(crate) fn reduce_scatter(
     output: &mut [u8],
 ) -> Result<()> {
     let m = output.len();
-    let shards: Small<Range<usize>> = (0..comm.size()).map(|q| q * m..(q + 1) * m).collect();
+    let shards: Vec<Range<usize>> = (0..comm.size()).map(|q| q * m..(q + 1) * m).collect();
     reduce_to_owner(comm, &mut scratch.slots, op, dtype, &shards, input, output)
 }
 
@@ -287,7 +283,7 @@ pub(crate) fn all_gather(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8]) -
     let m = input.len();
     let me = comm.me;
     output[me * m..(me + 1) * m].copy_from_slice(input);
-    let shards: Small<Range<usize>> = (0..comm.size()).map(|q| q * m..(q + 1) * m).collect();
+    let shards: Vec<Range<usize>> = (0..comm.size()).map(|q| q * m..(q + 1) * m).collect();
     all_gather_ranges(comm, &shards, output, Phase::Gather)
 }
 
@@ -295,8 +291,8 @@ pub(crate) fn all_gather(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8]) -
 /// all-gathers, so the root's link is not the bottleneck.
 pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize, elem: usize) -> Result<()> {
     let (p, me) = (comm.size(), comm.me);
-    let shards: Small<Range<usize>> = partition(buf.len() / elem, p).iter().map(|r| bytes(r, elem)).collect();
-    let (mut sends, mut recvs) = with_lead(roots(comm)?);
+    let shards: Vec<Range<usize>> = partition(buf.len() / elem, p).iter().map(|r| bytes(r, elem)).collect();
+    let (mut sends, mut recvs) = roots(comm)?;
     if me == root {
         for q in (0..p).filter(|&q| q != root) {
             sends.extend(send_pieces(comm, q, &buf[shards[q].clone()], Phase::Scatter)?);
@@ -306,14 +302,13 @@ pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize, elem: 
         recvs.extend(recv_pieces(comm, root, &mut buf[shards[me].clone()], Phase::Scatter)?);
         comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))?;
     }
-    drop((sends, recvs));
     all_gather_ranges(comm, &shards, buf, Phase::Gather)
 }
 
 /// Broadcast from `root`, small: the root sends the whole buffer to every rank (one step).
 pub(crate) fn broadcast_from_root(comm: &mut Comm<'_>, buf: &mut [u8], root: usize) -> Result<()> {
     let (p, me) = (comm.size(), comm.me);
-    let (mut sends, mut recvs) = with_lead(roots(comm)?);
+    let (mut sends, mut recvs) = roots(comm)?;
     if me == root {
         for q in (0..p).filter(|&q| q != root) {
             sends.extend(send_pieces(comm, q, buf, Phase::Scatter)?);
@@ -334,7 +329,7 @@ pub(crate) fn broadcast_from_root(comm: &mut Comm<'_>, buf: &mut [u8], root: usi
 /// from a rank that names another root. No round trip is added: these frames travel at the
 /// same time as the data, and the root's only extra wait is for the others to have entered the
 /// call.
-pub(crate) fn roots(comm: &Comm<'_>) -> Result<Lead> {
+pub(crate) fn roots(comm: &Comm<'_>) -> Result<(Vec<SendOp<'static>>, Vec<RecvOp<'static>>)> {
     let hdr = comm.hdr(Phase::Roots, 0, 0, 0)?;
     let others = (0..comm.size()).filter(|&q| q != comm.me);
     let sends = others.clone().map(|q| SendOp { peer: comm.peer(q), header: hdr, data: &[] }).collect();
@@ -348,7 +343,7 @@ pub(crate) fn recv_pieces<'b>(
     from: usize,
     buf: &'b mut [u8],
     phase: Phase,
-) -> Result<Small<RecvOp<'b>>> {
+) -> Result<Vec<RecvOp<'b>>> {
     cut_mut(buf, comm.chunk)
         .into_iter()
         .enumerate()
@@ -357,7 +352,7 @@ pub(crate) fn recv_pieces<'b>(
 }
 
 /// Send ops for `buf` in chunk pieces to group rank `to`.
-pub(crate) fn send_pieces<'b>(comm: &Comm<'_>, to: usize, buf: &'b [u8], phase: Phase) -> Result<Small<SendOp<'b>>> {
+pub(crate) fn send_pieces<'b>(comm: &Comm<'_>, to: usize, buf: &'b [u8], phase: Phase) -> Result<Vec<SendOp<'b>>> {
     pieces(0..buf.len(), comm.chunk)
         .enumerate()
         .map(|(k, r)| Ok(SendOp { peer: comm.peer(to), header: comm.hdr(phase, 0, k, r.len())?, data: &buf[r] }))

@@ -43,7 +43,6 @@ pub(crate) fn all_reduce(
     if me < paired && me % 2 == 0 {
         let sends = send_pieces(comm, me + 1, buf, Phase::Reduce)?;
         comm.exchange(&sends, &mut [], &mut |_, _| Ok(()))?;
-        drop(sends);
         let mut recvs = recv_pieces(comm, me + 1, buf, Phase::Gather)?;
         return comm.exchange(&[], &mut recvs, &mut |_, _| Ok(()));
     }

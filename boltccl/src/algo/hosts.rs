@@ -64,7 +64,7 @@ pub(crate) fn all_reduce(
     // 1. This rank's shard of the host total. Peers read the other shards of the input while
     //    this rank writes its own; in place, they read a copy.
     {
-        let Scratch { slots, stage, .. } = &mut *scratch;
+        let Scratch { slots, stage } = &mut *scratch;
         let source: &[u8] = match input {
             Some(i) => i,
             None => {

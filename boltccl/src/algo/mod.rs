@@ -92,16 +92,13 @@ impl Comm<'_> {
 }
 
 /// Reusable memory, kept by the group between calls: for the pieces in flight and for a copy
-/// of the local input (and a result to drop). Pools of their own, so an algorithm can hold them
-/// all at once.
+/// of the local input. Two pools, so an algorithm can hold both at once.
 #[derive(Default)]
 pub(crate) struct Scratch {
     /// Received pieces waiting to be folded.
     pub slots: Pool,
     /// A copy of the local input, when the output overwrites it while peers still read it.
     pub stage: Pool,
-    /// A result computed only to be dropped: a reduce run as an all-reduce, on its other ranks.
-    pub spare: Pool,
 }
 
 /// Reusable bytes, page-aligned (so every element type is aligned), in a mapping of their own:
@@ -135,11 +132,6 @@ fn map(len: usize) -> std::io::Result<memmap2::MmapMut> {
 /// A per-call list (ranks, pieces, operations): on the stack for groups of up to four ranks,
 /// so small calls allocate nothing.
 pub(crate) type Small<T> = smallvec::SmallVec<[T; 4]>;
-
-/// An exchange's list of frames that may also carry a root check: inline for a rooted call's
-/// data and its check at four ranks (six frames at the root), and a call's frames to every peer
-/// of eight.
-pub(crate) type Ops<T> = smallvec::SmallVec<[T; 8]>;
 
 /// Mutable views of the non-overlapping `ranges` of `buf`, in the order given (gaps allowed).
 pub(crate) fn regions<'b>(buf: &'b mut [u8], ranges: &[Range<usize>]) -> Result<Small<&'b mut [u8]>> {
@@ -184,17 +176,17 @@ fn split_in_order<'b, 'r, I: Iterator<Item = &'r Range<usize>>>(
 }
 
 /// Cut a region into chunk pieces; an empty region is one empty piece (as [`plan::pieces`] plans).
-pub(crate) fn cut<T: AsRef<[u8]> + ?Sized>(r: &T, chunk: usize) -> Small<&[u8]> {
+pub(crate) fn cut<T: AsRef<[u8]> + ?Sized>(r: &T, chunk: usize) -> Vec<&[u8]> {
     let r = r.as_ref();
     if r.is_empty() {
-        smallvec::smallvec![r]
+        vec![r]
     } else {
         r.chunks(chunk).collect()
     }
 }
 
 /// [`cut`] for a buffer that is written.
-pub(crate) fn cut_mut(r: &mut [u8], chunk: usize) -> Small<&mut [u8]> {
+pub(crate) fn cut_mut(r: &mut [u8], chunk: usize) -> Vec<&mut [u8]> {
     pieces_mut(r, chunk).collect()
 }
 

@@ -19,7 +19,7 @@ pub(crate) fn all_reduce(
     buf: &mut [u8],
 ) -> Result<()> {
     let shards: Small<_> = smallvec::smallvec![0..buf.len(); comm.size()];
-    let Scratch { slots, stage, .. } = scratch;
+    let Scratch { slots, stage } = scratch;
     match input {
         Some(input) => reduce_to_owner(comm, slots, op, dtype, &shards, input, buf),
         None => {
@@ -35,10 +35,14 @@ pub(crate) fn all_reduce(
 pub(crate) fn barrier(comm: &mut Comm<'_>) -> Result<()> {
     let (p, me) = (comm.size(), comm.me);
     let hdr = comm.hdr(Phase::Barrier, 0, 0, 0)?;
-    let others = (0..p).filter(|&q| q != me);
-    let sends: Small<SendOp<'_>> =
-        others.clone().map(|q| SendOp { peer: comm.peer(q), header: hdr, data: &[] }).collect();
-    let mut recvs: Small<RecvOp<'_>> =
-        others.map(|q| RecvOp { peer: comm.peer(q), expect: hdr, buf: &mut [] }).collect();
+    let sends: Vec<SendOp<'_>> =
+        (0..p).filter(|&q| q != me).map(|q| SendOp { peer: comm.peer(q), header: hdr, data: &[] }).collect();
+    let mut empties: Vec<[u8; 0]> = vec![[]; p];
+    let mut recvs: Vec<RecvOp<'_>> = empties
+        .iter_mut()
+        .enumerate()
+        .filter(|(q, _)| *q != me)
+        .map(|(q, e)| RecvOp { peer: comm.peer(q), expect: hdr, buf: &mut e[..] })
+        .collect();
     comm.exchange(&sends, &mut recvs, &mut |_, _| Ok(()))
 }

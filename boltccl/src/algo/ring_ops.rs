@@ -6,11 +6,10 @@
 //! travels clockwise, half counter-clockwise. Large calls are cut into segments so the part
 //! numbering and the scratch memory stay bounded.
 
-use super::all_to_all::with_lead;
 use super::direct::roots;
 use super::plan::{bytes, partition, pieces, ring_all_gather_step, ring_neighbors, ring_reduce_scatter_step, Dir};
 use super::ring::{forward_step, DIRS};
-use super::{cut, cut_mut, regions, Comm, Ops, Scratch, MAX_BATCH};
+use super::{cut, cut_mut, regions, Comm, Scratch, MAX_BATCH};
 use crate::error::{Error, Result};
 use crate::reduce::combine;
 use crate::transport::{RecvOp, SendOp};
@@ -172,11 +171,11 @@ pub(crate) fn broadcast(comm: &mut Comm<'_>, buf: &mut [u8], root: usize, e: usi
         // The first step also checks that every rank names the same root (see `roots`): empty
         // frames, the only ones of a ring call that go beyond the neighbours.
         let (mut sends, mut recvs) = if t == 0 {
-            with_lead(roots(comm)?)
+            roots(comm)?
         } else if plan.is_empty() {
             continue;
         } else {
-            (Ops::new(), Ops::new())
+            (Vec::new(), Vec::new())
         };
         for (view, &(di, send, k)) in regions(buf, &ranges)?.into_iter().zip(&plan) {
             let (to, from) = ring_neighbors(me, p, DIRS[di]);

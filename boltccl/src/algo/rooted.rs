@@ -32,7 +32,7 @@ pub(crate) fn gather(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8], root:
     let (p, me, m) = (comm.size(), comm.me, input.len());
     let lead = roots(comm)?;
     let mut round = if me == root {
-        let blocks: Small<Range<usize>> = (0..p).map(|q| q * m..(q + 1) * m).collect();
+        let blocks: Vec<Range<usize>> = (0..p).map(|q| q * m..(q + 1) * m).collect();
         let mut parts = super::regions(output, &blocks)?;
         parts[me].copy_from_slice(input);
         let recvs = parts.into_iter().enumerate().filter(|&(q, _)| q != me).map(|(q, b)| (q, b, None)).collect();
@@ -76,11 +76,11 @@ pub(crate) fn reduce(
     match plan {
         ReducePlan::ToRoot | ReducePlan::Direct => {
             // Shards: the whole buffer to the root (to root), or a share to every rank (direct).
-            let shards: Small<Range<usize>> = match plan {
+            let shards: Vec<Range<usize>> = match plan {
                 ReducePlan::ToRoot => (0..p).map(|q| if q == root { 0..len } else { len..len }).collect(),
                 _ => partition(len / dtype.size(), p).iter().map(|r| bytes(r, dtype.size())).collect(),
             };
-            let Scratch { slots, stage, .. } = scratch;
+            let Scratch { slots, stage } = scratch;
             let mine = shards[me].clone();
             if me == root {
                 // The root's output is written while its input is still read: read from a copy.
@@ -99,7 +99,7 @@ pub(crate) fn reduce(
                 let parts = super::regions(output, &shards)?;
                 let recvs =
                     parts.into_iter().enumerate().filter(|&(q, _)| q != me).map(|(q, b)| (q, b, None)).collect();
-                exchange_parts(comm, Phase::Gather, &mut Round { sends: Small::new(), recvs }, Default::default())
+                exchange_parts(comm, Phase::Gather, &mut Round { sends: Small::new(), recvs }, (Vec::new(), Vec::new()))
             } else {
                 // This rank's reduced shard waits in scratch for the gather to the root.
                 let input: &[u8] = input.unwrap_or(output);
@@ -109,7 +109,7 @@ pub(crate) fn reduce(
                     return Ok(());
                 }
                 let sends = smallvec![(root, &*shard, None)];
-                exchange_parts(comm, Phase::Gather, &mut Round { sends, recvs: Small::new() }, Default::default())
+                exchange_parts(comm, Phase::Gather, &mut Round { sends, recvs: Small::new() }, (Vec::new(), Vec::new()))
             }
         }
         ReducePlan::AllReduce(all) => {
@@ -117,10 +117,8 @@ pub(crate) fn reduce(
                 return all_reduce(comm, scratch, all, op, dtype, input, output);
             }
             // The other ranks reduce into a spare buffer: their output stays as it was.
-            let mut spare = std::mem::take(&mut scratch.spare);
-            let r = all_reduce(comm, scratch, all, op, dtype, Some(input.unwrap_or(output)), spare.get(len));
-            scratch.spare = spare;
-            r
+            let mut spare = vec![0u8; len];
+            all_reduce(comm, scratch, all, op, dtype, Some(input.unwrap_or(output)), &mut spare)
         }
     }
 }
