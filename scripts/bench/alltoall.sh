@@ -2,7 +2,7 @@
 # float32 all_to_all side by side, one run on this machine: boltccl (shared memory, and TCP
 # with BOLTCCL_BACKEND=tcp), each with its two schedules (BOLTCCL_ALGO=auto: every peer at once;
 # BOLTCCL_ALGO=ring: pairwise rounds), against Open MPI's MPI_Alltoall over shared memory
-# (vader) and TCP (C, scripts/bench/alltoall_mpi.c, the peers' timing protocol), and
+# (vader) and TCP (C, scripts/bench/mpi_collective.c, the peers' timing protocol), and
 # dist.all_to_all_single through torch with backend "gloo" and with backend "boltccl" (column
 # torch-boltccl; scripts/bench/alltoall_torch.py, on the peers' harness in ../shared/bench/peers).
 #   scripts/bench.sh alltoall
@@ -34,7 +34,7 @@ if [ -z "${BOLTCCL_BIN:-}" ]; then
   cargo build -q --release --manifest-path "$ROOT/Cargo.toml" -p boltccl-cli -j"${CARGO_BUILD_JOBS:-2}"
 fi
 BIN="${BOLTCCL_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/boltccl}"
-mpicc -O2 -o "$OUT/alltoall_mpi" "$ROOT/scripts/bench/alltoall_mpi.c"
+mpicc -O2 -o "$OUT/mpi_collective" "$ROOT/scripts/bench/mpi_collective.c"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo --mca pml ob1)
 RES="$OUT/alltoall-$(date +%Y%m%d-%H%M%S).jsonl"
 : >"$RES"
@@ -42,11 +42,11 @@ for round in $(seq 1 "$ROUNDS"); do
   for n in $NS; do
     sizes="${A2A_SIZES:-$((4 * n)),1024,65536,1048576,16777216,67108864}"
     echo "--- n=$n mpi-shm (round $round)"
-    timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,vader -np "$n" "$OUT/alltoall_mpi" "$RES" mpi-shm "$BUDGET" "$sizes" ||
+    timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,vader -np "$n" "$OUT/mpi_collective" "$RES" mpi-shm "$BUDGET" "$sizes" ||
       echo "mpi-shm n=$n failed rc=$?"
     echo "--- n=$n mpi-tcp (round $round)"
     timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo -np "$n" \
-      "$OUT/alltoall_mpi" "$RES" mpi-tcp "$BUDGET" "$sizes" || echo "mpi-tcp n=$n failed rc=$?"
+      "$OUT/mpi_collective" "$RES" mpi-tcp "$BUDGET" "$sizes" || echo "mpi-tcp n=$n failed rc=$?"
     for backend in gloo boltccl; do
       echo "--- n=$n torch $backend (round $round)"
       PEER_SIZES="$sizes" PEER_BUDGET_S="$BUDGET" timeout -k 10 600 "$TORCH_PY" "$PEERS/launch_local.py" "$n" \

@@ -1,10 +1,18 @@
-/* What a one-line mailbox would save over a ring for small frames, on this machine's cores.
+/* What the shared-memory ring's layout costs a small message between this machine's cores.
  *
- * Two threads pinned to cores 0 and 1 pass a 48-byte frame back and forth, 2,000,000 round
- * trips, two ways: "ring", the counter on a cache line of its own and the bytes on another (as
- * boltccl's shared-memory ring publishes its tail), so the reader takes two lines; "mailbox",
- * the counter in the line that carries the bytes (as Open MPI's two-rank fast box does), so it
- * takes one. Prints the time of a round trip (two one-way messages) for each.
+ * Two threads pinned to cores 0 and 1 pass a 48-byte frame (a 40-byte header and 8 bytes),
+ * 1,000,000 times, in three layouts:
+ *   ring     as boltccl's ring lays it out: the writer publishes a counter (`tail`) on a cache
+ *            line of its own, and each frame lands 64 bytes past the last in a 1 MiB area, so
+ *            the reader takes two lines per message, the counter's and the frame's;
+ *   stamped  the same moving frames, with the counter written last into the frame's own line
+ *            (a ring whose records carry their own sequence word): one line per message;
+ *   mailbox  one fixed line that carries the bytes and the counter (Open MPI's two-rank fast
+ *            box): one line, always the same.
+ * and two patterns: ping-pong (one thread sends, the other answers: the time of a round trip)
+ * and exchange (both send, then both receive, as a two-rank all_sum or all_to_all does: the
+ * time of one exchange). The layouts take turns, three runs each: the machine's states move
+ * the figures by more than the layouts do from one minute to the next.
  *
  *   cc -O2 -pthread -o /tmp/line_pingpong scripts/bench/line_pingpong.c && /tmp/line_pingpong
  */
@@ -17,22 +25,22 @@
 #include <string.h>
 #include <time.h>
 
-#define ROUNDS 2000000
+#define ROUNDS 1000000
 #define FRAME 48
+#define AREA (1u << 20)
 
+enum layout { RING, STAMPED, MAILBOX };
+static const char *names[] = {"ring", "stamped", "mailbox"};
+
+/* One direction: what one thread writes and the other reads. */
 typedef struct {
     _Alignas(64) _Atomic uint64_t tail;
-    _Alignas(64) char data[64];
-} Ring;
+    _Alignas(64) unsigned char area[AREA];
+} Way;
 
-typedef struct {
-    _Alignas(64) char data[56];
-    _Atomic uint64_t seq;
-} Mailbox;
-
-static Ring rings[2];
-static Mailbox boxes[2];
-static int use_mailbox;
+static Way ways[2];
+static enum layout layout;
+static int exchange;
 
 static void pin(int cpu) {
     cpu_set_t s;
@@ -41,58 +49,74 @@ static void pin(int cpu) {
     pthread_setaffinity_np(pthread_self(), sizeof s, &s);
 }
 
+/* Where message n goes, and its counter. */
+static unsigned char *slot(Way *w, uint64_t n) {
+    return layout == MAILBOX ? w->area : w->area + (n * 64) % AREA;
+}
+
+static _Atomic uint64_t *counter(Way *w, uint64_t n) {
+    return layout == RING ? &w->tail : (_Atomic uint64_t *)(slot(w, n) + 56);
+}
+
 /* The bytes first, then the counter with release: a reader that sees the counter sees them. */
-static void put(int to, uint64_t n, const char *frame) {
-    if (use_mailbox) {
-        memcpy(boxes[to].data, frame, FRAME);
-        atomic_store_explicit(&boxes[to].seq, n, memory_order_release);
-    } else {
-        memcpy(rings[to].data, frame, FRAME);
-        atomic_store_explicit(&rings[to].tail, n, memory_order_release);
-    }
+static void put(Way *w, uint64_t n, const unsigned char *frame) {
+    memcpy(slot(w, n), frame, FRAME);
+    atomic_store_explicit(counter(w, n), n, memory_order_release);
 }
 
-static void take(int me, uint64_t n, char *frame) {
-    if (use_mailbox) {
-        while (atomic_load_explicit(&boxes[me].seq, memory_order_acquire) != n) {
-        }
-        memcpy(frame, boxes[me].data, FRAME);
-    } else {
-        while (atomic_load_explicit(&rings[me].tail, memory_order_acquire) != n) {
-        }
-        memcpy(frame, rings[me].data, FRAME);
+static void take(Way *w, uint64_t n, unsigned char *frame) {
+    while (atomic_load_explicit(counter(w, n), memory_order_acquire) < n) {
+        __builtin_ia32_pause();
     }
+    memcpy(frame, slot(w, n), FRAME);
 }
 
-static void *echo(void *unused) {
+static void *peer(void *unused) {
     (void)unused;
     pin(1);
-    char frame[FRAME];
+    unsigned char frame[FRAME] = {2};
     for (uint64_t n = 1; n <= ROUNDS; n++) {
-        take(1, n, frame);
-        put(0, n, frame);
+        if (exchange) {
+            put(&ways[0], n, frame);
+            take(&ways[1], n, frame);
+        } else {
+            take(&ways[1], n, frame);
+            put(&ways[0], n, frame);
+        }
     }
     return NULL;
 }
 
+static double run(void) {
+    memset(ways, 0, sizeof ways);
+    pthread_t t;
+    pthread_create(&t, NULL, peer, NULL);
+    unsigned char frame[FRAME] = {1};
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (uint64_t n = 1; n <= ROUNDS; n++) {
+        put(&ways[1], n, frame);
+        take(&ways[0], n, frame);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    pthread_join(t, NULL);
+    return ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / ROUNDS;
+}
+
 int main(void) {
-    for (use_mailbox = 0; use_mailbox < 2; use_mailbox++) {
-        memset(rings, 0, sizeof rings);
-        memset(boxes, 0, sizeof boxes);
-        pthread_t t;
-        pthread_create(&t, NULL, echo, NULL);
-        pin(0);
-        char frame[FRAME] = {1};
-        struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        for (uint64_t n = 1; n <= ROUNDS; n++) {
-            put(1, n, frame);
-            take(0, n, frame);
+    pin(0);
+    for (exchange = 0; exchange < 2; exchange++) {
+        double ns[3][3];
+        for (int i = 0; i < 3; i++) {
+            for (layout = RING; layout <= MAILBOX; layout++) {
+                ns[layout][i] = run();
+            }
         }
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        pthread_join(t, NULL);
-        double ns = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / ROUNDS;
-        printf("%-8s %6.1f ns a round trip\n", use_mailbox ? "mailbox" : "ring", ns);
+        printf("%s (ns %s, three runs in turn):\n", exchange ? "exchange" : "ping-pong",
+               exchange ? "an exchange" : "a round trip");
+        for (layout = RING; layout <= MAILBOX; layout++) {
+            printf("  %-8s %7.1f %7.1f %7.1f\n", names[layout], ns[layout][0], ns[layout][1], ns[layout][2]);
+        }
     }
     return 0;
 }
