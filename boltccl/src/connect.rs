@@ -18,9 +18,7 @@ use crate::{bootstrap, host, probe, transport};
 /// lists devices); the rest stay on TCP, all in one progress loop.
 pub(crate) fn connect(cfg: &Config) -> Result<Box<dyn Transport>> {
     if cfg.world_size == 1 {
-        return Ok(Box::new(
-            transport::mem::world(1, cfg.shm_ring_bytes, cfg.shm_pull_bytes, cfg.spin).pop().expect("one rank"),
-        ));
+        return Ok(Box::new(transport::mem::world(1, cfg).pop().expect("one rank")));
     }
     let shm = matches!(cfg.backend, Backend::Shm | Backend::Auto);
     let rdma = cfg.backend == Backend::Verbs || (cfg.backend == Backend::Auto && rdma_available(cfg));

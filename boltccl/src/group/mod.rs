@@ -214,7 +214,7 @@ impl Group {
 
     /// Like [`Group::local_world`] with the settings of `template` (rank and size are set here).
     pub fn local_world_with(n: usize, template: &Config) -> Vec<Group> {
-        crate::transport::mem::world(n, template.shm_ring_bytes, template.shm_pull_bytes, template.spin)
+        crate::transport::mem::world(n, template)
             .into_iter()
             .enumerate()
             .map(|(rank, t)| Group::from_transport(Box::new(t), Config { rank, world_size: n, ..template.clone() }))

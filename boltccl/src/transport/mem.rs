@@ -8,21 +8,21 @@ use super::links::Links;
 use super::progress::{Control, WaitPolicy};
 use super::shm::ring::{can_pull, slot, Inbox, PeerInbox, Pulls, RingPair};
 use super::shm::ShmChannel;
+use crate::config::Config;
 use crate::error::Error;
 use crate::wire;
 use parking_lot::Mutex;
 use rustix::event::PollFd;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// The `n` ranks of an in-process world, each a [`Links`] over shared-memory rings of
-/// `ring_bytes` bytes pulling payloads of at least `pull_bytes` (0: none), in rank order;
-/// `spin` is the polling budget (`BOLTCCL_SPIN_US`), if set.
-pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize, spin: Option<Duration>) -> Vec<Links> {
+/// The `n` ranks of an in-process world, each a [`Links`] over shared-memory rings, in rank
+/// order, as `cfg` sets them up: ring size (`BOLTCCL_SHM_RING_BYTES`), pulls of large payloads
+/// (`BOLTCCL_SHM_PULL_BYTES`, 0: none) and polling budget (`BOLTCCL_SPIN_US`).
+pub(crate) fn world(n: usize, cfg: &Config) -> Vec<Links> {
     let inboxes: Vec<Arc<Inbox>> = (0..n)
         .map(|r| {
             let rings = n.saturating_sub(1).max(1);
-            Arc::new(Inbox::create(r, rings, ring_bytes).expect("the kernel gives shared memory"))
+            Arc::new(Inbox::create(r, rings, cfg.shm_ring_bytes).expect("the kernel gives shared memory"))
         })
         .collect();
     let bells: Vec<PeerInbox> = inboxes.iter().map(|i| i.as_peer()).collect();
@@ -32,11 +32,11 @@ pub(crate) fn world(n: usize, ring_bytes: usize, pull_bytes: usize, spin: Option
     let me = std::process::id() as i32;
     let word = 0x5eedu64.to_le_bytes();
     let pulls = match can_pull(me, word.as_ptr() as usize, &word) {
-        true => Pulls { from_peer: Some(me), by_peer: true, min: pull_bytes },
+        true => Pulls { from_peer: Some(me), by_peer: true, min: cfg.shm_pull_bytes },
         false => Pulls::default(),
     };
     // Threads of one process share its cores.
-    let wait = WaitPolicy::here(n, spin);
+    let wait = WaitPolicy::here(n, cfg.spin);
     let group: Vec<usize> = (0..n).collect();
     (0..n)
         .map(|rank| {
