@@ -1,7 +1,7 @@
 //! Small calls allocate nothing. The all_sums of tensor-parallel decode and the small
 //! all_to_alls of expert parallelism run thousands of times a second, and a heap allocation and
 //! its free cost more than the rest of an 8-byte call: moving the one-step all_sum's lists
-//! inline took it from 0.60 to 0.35 µs at 2 ranks (2026-12-03, docs/benchmarks.md).
+//! inline took it from 0.51 to 0.44 µs at 2 ranks (2026-12-03, docs/benchmarks.md).
 //!
 //! Every allocation on a thread is counted; the ranks are threads of this process, on the same
 //! shared-memory rings as rank processes. A call that waits long enough to sleep in the kernel

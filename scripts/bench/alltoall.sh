@@ -16,7 +16,7 @@
 # median over the rounds of its per-round figure, then the ratios) goes to stdout and
 # $BENCH_OUT/alltoall.md. This VM has states that last seconds to minutes in which small
 # messages between two cores take twice as long, for Open MPI as for boltccl: with one round,
-# a cell is a draw of that state, with three the draws mostly cancel.
+# a cell is a draw of that state; five rounds set it aside (three did not always, 2026-12-03).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PEERS="${PEERS_DIR:-$ROOT/../shared/bench/peers}"

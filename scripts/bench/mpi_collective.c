@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
     int all_ok = 1;
     for (char *tok = strtok(sizes, ","); tok; tok = strtok(NULL, ",")) {
         size_t bytes = strtoull(tok, NULL, 10), count = bytes / 4, m = count / n;
-        if (m == 0 || count % n) {
+        if (count == 0 || (!all_sum && (m == 0 || count % n))) {
             if (rank == 0) fprintf(stderr, "size %zu does not split into %d float32 parts\n", bytes, n);
             continue;
         }
