@@ -171,8 +171,17 @@ fn launch_points_mlx_at_libboltccl_mpi_beside_it_unless_told_otherwise() {
 #[cfg(target_os = "linux")]
 fn launch_pins_ranks_to_cores_when_they_take_every_core() {
     let cores = std::thread::available_parallelism().unwrap().get();
-    let allowed = |n: usize, extra: &[&str]| -> Vec<String> {
-        let o = boltccl()
+    let allowed_under = |taskset: Option<usize>, n: usize, extra: &[&str]| -> Vec<String> {
+        let mut c = match taskset {
+            // The launcher itself confined to one core, as `taskset` or a cpuset does.
+            Some(core) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", &core.to_string()]).arg(env!("CARGO_BIN_EXE_boltccl"));
+                c
+            }
+            None => boltccl(),
+        };
+        let o = c
             .args(["launch", "-n", &n.to_string()])
             .args(extra)
             .args(["--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status"])
@@ -184,6 +193,7 @@ fn launch_pins_ranks_to_cores_when_they_take_every_core() {
         lines.sort();
         lines
     };
+    let allowed = |n: usize, extra: &[&str]| -> Vec<String> { allowed_under(None, n, extra) };
     // A rank per core: rank r on core r.
     assert_eq!(allowed(cores, &[]), (0..cores).map(|c| c.to_string()).collect::<Vec<_>>());
     // Fewer ranks than cores, or --no-bind: every rank may use every core.
@@ -193,4 +203,7 @@ fn launch_pins_ranks_to_cores_when_they_take_every_core() {
         assert_ne!(all[0], "0", "one rank of {cores} cores was pinned");
     }
     assert!(allowed(cores, &["--no-bind"]).iter().all(|l| *l == all[0]));
+    // Confined to its last core, the launcher keeps its ranks there (not on core 0 and up).
+    let last = (cores - 1).to_string();
+    assert_eq!(allowed_under(Some(cores - 1), 2, &[]), [last.clone(), last]);
 }

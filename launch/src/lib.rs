@@ -303,10 +303,22 @@ fn launch(job: &Job, sink: &Sink) -> Result<(i32, Vec<String>), String> {
 /// The core local rank `rank` is pinned to when the `n` ranks leave no core free. Then each
 /// rank has a core's worth of CPU anyway, and on its own core a rank's threads hand work to
 /// each other (an MLX program's main and communication threads) without waking a core that
-/// another rank's polling keeps busy.
+/// another rank's polling keeps busy. The cores are the ones this launcher may run on, in
+/// order: started under `taskset` or in a cpuset, its ranks stay inside it.
+#[cfg(target_os = "linux")]
 fn core_if_every_core_is_taken(rank: usize, n: usize) -> Option<usize> {
-    let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1);
-    (n >= cores).then_some(rank % cores)
+    use rustix::process::{sched_getaffinity, CpuSet};
+    let allowed = sched_getaffinity(None).ok()?;
+    let cores: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| allowed.is_set(c)).collect();
+    // A CPU quota below the cores allowed leaves no core free sooner.
+    let free = std::thread::available_parallelism().map_or(cores.len(), |p| p.get().min(cores.len()));
+    (!cores.is_empty() && n >= free).then(|| cores[rank % cores.len()])
+}
+
+/// Ranks are never pinned off Linux (see `spawn_on`).
+#[cfg(not(target_os = "linux"))]
+fn core_if_every_core_is_taken(_rank: usize, _n: usize) -> Option<usize> {
+    None
 }
 
 /// Spawn `cmd`, on `core` alone if given. The child inherits the spawning thread's affinity,
