@@ -14,6 +14,10 @@
  * time of one exchange). The layouts take turns, three runs each: the machine's states move
  * the figures by more than the layouts do from one minute to the next.
  *
+ * What it measures is the layout alone: a fast box built into boltccl on the strength of it
+ * carried every small frame and did not change a call's time (docs/benchmarks.md, all_to_all),
+ * because there the line's trip overlaps the call's own work.
+ *
  *   cc -O2 -pthread -o /tmp/line_pingpong scripts/bench/line_pingpong.c && /tmp/line_pingpong
  */
 #define _GNU_SOURCE
