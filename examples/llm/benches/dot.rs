@@ -25,14 +25,9 @@ fn weights(ty: GgmlType) -> QuantRows {
         s ^= s << 17;
         chunk.copy_from_slice(&s.to_le_bytes()[..chunk.len()]);
     }
-    let f16_at: &[usize] = match ty {
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q6_K => &[208],
-        _ => &[0],
-    };
     let scale = f16::from_f32(0.01).to_le_bytes();
     for blk in bytes.chunks_mut(ty.block_bytes()) {
-        for &at in f16_at {
+        for &at in ty.f16_fields() {
             blk[at..at + 2].copy_from_slice(&scale);
         }
     }

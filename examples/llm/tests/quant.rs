@@ -281,3 +281,40 @@ fn k_quant_blocks_by_hand() {
         assert_eq!(v, 2.0 * (e as i32 / 16 - 8) as f32, "element {e}");
     }
 }
+
+#[test]
+fn f16_fields_are_the_scales() {
+    // Random bytes decode to something nonzero; with the f16 fields set to zero (scale and min
+    // both), every element is zero: the offsets are where the scales are.
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        let mut blk: Vec<u8> = (0..ty.block_bytes())
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 56) as u8
+            })
+            .collect();
+        let mut out = vec![0f32; ty.block_elems()];
+        for &at in ty.f16_fields() {
+            blk[at..at + 2].copy_from_slice(&f16_bits(0x3c00)); // 1.0
+        }
+        dequantize(ty, &blk, &mut out).unwrap();
+        assert!(out.iter().any(|&v| v != 0.0), "{ty:?}: random bytes decoded to zeros");
+        for &at in ty.f16_fields() {
+            blk[at..at + 2].copy_from_slice(&f16_bits(0));
+        }
+        dequantize(ty, &blk, &mut out).unwrap();
+        assert!(out.iter().all(|&v| v == 0.0), "{ty:?}: {:?} are not all of its scales", ty.f16_fields());
+    }
+}

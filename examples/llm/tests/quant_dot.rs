@@ -25,11 +25,7 @@ const TYPES: [GgmlType; 8] = [
 /// scales, legal in a file though llama.cpp's quantiser never writes them), the f16 fields
 /// set.
 fn random_rows(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng, scale: &dyn Fn(&mut Rng) -> f32) -> QuantRows {
-    let f16_at: &[usize] = match ty {
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
-        GgmlType::Q6_K => &[208],
-        _ => &[0],
-    };
+    let f16_at = ty.f16_fields();
     let mut bytes = Vec::new();
     for _ in 0..rows * cols / ty.block_elems() {
         let mut blk: Vec<u8> = (0..ty.block_bytes()).map(|_| (rng.next_u64() >> 56) as u8).collect();

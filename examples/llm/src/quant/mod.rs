@@ -219,6 +219,17 @@ impl GgmlType {
         }
     }
 
+    /// Where a block keeps its f16 numbers (byte offsets): the scale `d`, then `m` or `dmin`
+    /// where the type has one; the element itself for F16; none for F32 and BF16.
+    pub fn f16_fields(self) -> &'static [usize] {
+        match self {
+            Self::F32 | Self::BF16 => &[],
+            Self::F16 | Self::Q4_0 | Self::Q5_0 | Self::Q8_0 => &[0],
+            Self::Q4_1 | Self::Q5_1 | Self::Q4_K | Self::Q5_K => &[0, 2],
+            Self::Q6_K => &[QK_K / 2 + QK_K / 4 + QK_K / 16],
+        }
+    }
+
     /// Bytes needed to store `n` elements (`n` must be a multiple of the block size).
     pub fn bytes_for(self, n: usize) -> Result<usize, QuantError> {
         let b = self.block_elems();
