@@ -43,6 +43,7 @@ pub use config::{Algo, Backend, Config};
 pub use error::{Error, ErrorKind, Result};
 pub use group::{init, Bytes, Group, Op};
 pub use half::{bf16, f16};
+pub use host::cpus;
 #[cfg(feature = "stderr-log")]
 pub use log::log_to_stderr;
 pub use request::{OnComplete, RawRequest, Request, Scope};

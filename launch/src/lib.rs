@@ -228,6 +228,8 @@ fn launch(job: &Job, sink: &Sink) -> Result<(i32, Vec<String>), String> {
     let start = Instant::now();
     let (done, done_rx) = mpsc::channel();
     let mut ranks = Vec::with_capacity(n);
+    // Read once: spawning moves this thread to each rank's core and back.
+    let pinned = (hosts.is_none() && job.pin).then(|| cores_if_every_core_is_taken(n)).flatten();
     for rank in 0..n {
         let mut env: Vec<(String, String)> = vec![
             (config::RANK.into(), rank.to_string()),
@@ -269,7 +271,7 @@ fn launch(job: &Job, sink: &Sink) -> Result<(i32, Vec<String>), String> {
             }
         };
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let core = (hosts.is_none() && job.pin).then(|| core_if_every_core_is_taken(rank, n)).flatten();
+        let core = pinned.as_ref().map(|cores| usize::from(cores[rank % cores.len()]));
         let mut child = spawn_on(&mut cmd, core).map_err(|e| format!("cannot start `{}`: {e}", job.command[0]))?;
         let tail = Arc::new(Mutex::new(VecDeque::new()));
         let sink = match sink {
@@ -300,25 +302,16 @@ fn launch(job: &Job, sink: &Sink) -> Result<(i32, Vec<String>), String> {
     Ok((code, outputs))
 }
 
-/// The core local rank `rank` is pinned to when the `n` ranks leave no core free. Then each
-/// rank has a core's worth of CPU anyway, and on its own core a rank's threads hand work to
-/// each other (an MLX program's main and communication threads) without waking a core that
-/// another rank's polling keeps busy. The cores are the ones this launcher may run on, in
-/// order: started under `taskset` or in a cpuset, its ranks stay inside it.
-#[cfg(target_os = "linux")]
-fn core_if_every_core_is_taken(rank: usize, n: usize) -> Option<usize> {
-    use rustix::process::{sched_getaffinity, CpuSet};
-    let allowed = sched_getaffinity(None).ok()?;
-    let cores: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| allowed.is_set(c)).collect();
+/// The cores to pin local ranks to, rank r on the (r mod k)-th, when the `n` ranks leave no
+/// core free. Then each rank has a core's worth of CPU anyway, and on its own core a rank's
+/// threads hand work to each other (an MLX program's main and communication threads) without
+/// waking a core that another rank's polling keeps busy. They are the cores this launcher may
+/// run on, so under `taskset` or in a cpuset its ranks stay inside the set; none off Linux.
+fn cores_if_every_core_is_taken(n: usize) -> Option<Vec<u16>> {
+    let cores = boltccl::cpus();
     // A CPU quota below the cores allowed leaves no core free sooner.
     let free = std::thread::available_parallelism().map_or(cores.len(), |p| p.get().min(cores.len()));
-    (!cores.is_empty() && n >= free).then(|| cores[rank % cores.len()])
-}
-
-/// Ranks are never pinned off Linux (see `spawn_on`).
-#[cfg(not(target_os = "linux"))]
-fn core_if_every_core_is_taken(_rank: usize, _n: usize) -> Option<usize> {
-    None
+    (!cores.is_empty() && n >= free).then_some(cores)
 }
 
 /// Spawn `cmd`, on `core` alone if given. The child inherits the spawning thread's affinity,
