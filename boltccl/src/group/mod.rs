@@ -11,11 +11,11 @@ use crate::config::{Algo, Config};
 use crate::error::{Error, Result};
 use crate::request::{Queue, RawRequest, Scope};
 use crate::topology::{chunk_bytes, Cabling, Shape};
-use crate::transport::{AbortSignal, InterruptCheck, Limits, LinkKind, Transport};
+use crate::transport::{AbortSignal, InterruptCheck, InterruptSlot, Limits, LinkKind, Transport};
 use crate::types::{Collective, DType, Element, ReduceOp};
 use crate::wire::Header;
 use parking_lot::Mutex;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 mod bytes;
 mod op;
@@ -28,15 +28,16 @@ pub use op::Op;
 struct Shared {
     /// Shared further with the groups a shrink makes (they reuse the links).
     transport: Arc<Mutex<Box<dyn Transport>>>,
-    /// The first communication error; every later call reports it.
-    poison: Mutex<Option<Error>>,
+    /// The first communication error; every later call reports it. Set once, read without a
+    /// lock by every call.
+    poison: OnceLock<Error>,
     /// Raised by [`Group::abort`], from any thread.
     abort: Arc<AbortSignal>,
     /// A shrink made new groups on these links: this state's groups are done with them.
     retired: std::sync::atomic::AtomicBool,
     /// Shrinks that led to these groups (it makes their ids differ).
     generation: u32,
-    interrupt: Mutex<Option<InterruptCheck>>,
+    interrupt: InterruptSlot,
     cfg: Config,
     /// The transport's cabling, read once (transport ranks).
     cabling: Cabling,
@@ -181,7 +182,7 @@ impl Group {
         }
         let shared = Arc::new(Shared {
             transport: Arc::new(Mutex::new(t)),
-            poison: Mutex::new(None),
+            poison: OnceLock::new(),
             abort: Arc::new(AbortSignal::new().expect("a socket pair for the abort signal")),
             retired: Default::default(),
             generation: 0,
@@ -521,7 +522,7 @@ impl Core {
             Turn::Try => self.state.try_lock().ok_or(Error::Busy)?,
             Turn::Wait => self.state.lock(),
         };
-        if let Some(e) = self.shared.poison.lock().clone().or_else(|| self.shared.abort.error()) {
+        if let Some(e) = self.shared.poison.get().cloned().or_else(|| self.shared.abort.error()) {
             return Err(Error::Poisoned(Box::new(e)));
         }
         let counter = match call.p2p {
@@ -538,7 +539,7 @@ impl Core {
         let limits = Limits {
             timeout: self.shared.cfg.timeout,
             op: call.name(),
-            interrupt: self.shared.interrupt.lock().clone(),
+            interrupt: Some(&self.shared.interrupt),
             bytes: call.count * call.dtype.size(),
             abort: Some(&self.shared.abort),
         };
@@ -548,7 +549,7 @@ impl Core {
         if let Err(e) = &r {
             tracing::debug!("call failed: {e}");
             if !e.is_local() {
-                self.shared.poison.lock().get_or_insert_with(|| e.clone());
+                let _ = self.shared.poison.set(e.clone());
                 transport.abort(e);
             }
         }

@@ -30,10 +30,9 @@ impl Group {
     pub fn abort(&self) {
         let rank = self.core.members[self.core.me];
         let e = Error::Aborted { rank, reason: format!("rank {rank} called abort()") };
-        if self.core.shared.abort.raise(e.clone()) {
-            if let Some(mut p) = self.core.shared.poison.try_lock() {
-                p.get_or_insert(e);
-            }
+        // Not the poison: setting it could wait for a thread this one interrupted (a signal
+        // handler). Calls read the abort right after the poison.
+        if self.core.shared.abort.raise(e) {
             self.core.shared.tell_abort();
         }
     }
@@ -80,16 +79,13 @@ impl Group {
             match t.shrink(&candidates, shared.cfg.timeout) {
                 Ok(s) => s,
                 Err(e) => {
-                    shared.poison.lock().get_or_insert_with(|| e.clone());
+                    let _ = shared.poison.set(e.clone());
                     return Err(e);
                 }
             }
         };
         shared.retired.store(true, std::sync::atomic::Ordering::SeqCst);
-        shared
-            .poison
-            .lock()
-            .get_or_insert_with(|| Error::invalid("this group was shrunk: use the group that shrink() returned"));
+        let _ = shared.poison.set(Error::invalid("this group was shrunk: use the group that shrink() returned"));
         let members: Vec<usize> = core.members.iter().copied().filter(|t| survivors.contains(t)).collect();
         let me = members
             .iter()
@@ -98,7 +94,7 @@ impl Group {
         tracing::debug!(rank = me, size = members.len(), took = ?started.elapsed(), "shrink: new group");
         let next = Arc::new(Shared {
             transport: shared.transport.clone(),
-            poison: Mutex::new(None),
+            poison: std::sync::OnceLock::new(),
             abort: Arc::new(AbortSignal::new().map_err(|e| Error::local_io("abort signal", e))?),
             retired: Default::default(),
             generation: shared.generation + 1,

@@ -51,6 +51,10 @@ pub struct RecvOp<'a> {
 /// call with [`Error::Interrupted`]. Python uses it to let Ctrl-C through.
 pub type InterruptCheck = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// Where a group keeps its interrupt check: read only when the check is due, so a call that
+/// does not block never takes its lock.
+pub(crate) type InterruptSlot = parking_lot::Mutex<Option<InterruptCheck>>;
+
 /// Limits for one exchange.
 #[derive(Clone)]
 pub struct Limits<'a> {
@@ -59,7 +63,7 @@ pub struct Limits<'a> {
     /// Name of the call, for error messages.
     pub op: &'static str,
     /// Run while blocked; `true` interrupts the call.
-    pub interrupt: Option<InterruptCheck>,
+    pub interrupt: Option<&'a InterruptSlot>,
     /// The call's size in bytes (its count of elements), for the wait policy.
     pub bytes: usize,
     /// Set from another thread (`Group::abort`): the call stops at once.
@@ -69,7 +73,10 @@ pub struct Limits<'a> {
 impl Limits<'_> {
     /// Run the interrupt check, if any.
     pub fn interrupted(&self) -> Result<()> {
-        match &self.interrupt {
+        // Not called under the lock: the check may wait for a lock (Python's) whose holder
+        // is setting a new check.
+        let check = self.interrupt.and_then(|slot| slot.lock().clone());
+        match check {
             Some(f) if f() => Err(Error::Interrupted { op: self.op.to_string() }),
             _ => Ok(()),
         }
@@ -111,11 +118,17 @@ impl AbortSignal {
     }
 
     /// The error a call stopped by it returns.
+    #[inline]
     pub fn error(&self) -> Option<Error> {
         if !self.raised() {
             return None;
         }
-        Some(self.cause.lock().clone().unwrap_or_else(|| Error::Internal("abort raised without a cause".into())))
+        Some(self.cause())
+    }
+
+    #[cold]
+    fn cause(&self) -> Error {
+        self.cause.lock().clone().unwrap_or_else(|| Error::Internal("abort raised without a cause".into()))
     }
 
     /// The descriptor that becomes readable once raised.
