@@ -37,8 +37,18 @@ const MAX_SLEEP: Duration = Duration::from_millis(1000);
 pub(crate) trait Channel: Send {
     /// What kind of link this channel is.
     fn kind(&self) -> LinkKind;
-    /// Queue this exchange's operations whose peer `mine` accepts (in list order per peer).
-    fn begin(&mut self, sends: &[SendOp<'_>], recvs: &[RecvOp<'_>], mine: &dyn Fn(usize) -> bool) -> Result<()>;
+    /// Begin this exchange's operations whose peer `mine` accepts (in list order per peer),
+    /// moving at once what can move without waiting, polling up to `polls` times (calling
+    /// `on_recv` for each receive completed). True when they are all done already; else
+    /// `pump` moves the rest.
+    fn start(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        mine: &dyn Fn(usize) -> bool,
+        polls: u32,
+    ) -> Result<bool>;
     /// Move what can move without blocking; call `on_recv` for each receive completed.
     /// Returns whether anything moved.
     fn pump(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<bool>;
@@ -274,12 +284,14 @@ impl Engine {
         // exchange until a shrink has resynced them, which clears their queues.
         let peers = sends.iter().map(|s| s.peer).chain(recvs.iter().map(|r| r.peer));
         let active = peers.fold(0u64, |m, peer| m | 1 << self.route[peer]);
-        for (c, ch) in used(&mut self.channels, active) {
-            let route = &self.route;
-            ch.begin(sends, recvs, &|peer| route[peer] == c)?;
-        }
         self.told = false;
-        let r = self.drive(sends, recvs, on_recv, limits, active);
+        let r = self.start(sends, recvs, on_recv, active).and_then(|done| {
+            if !done {
+                return self.drive(sends, recvs, on_recv, limits, active);
+            }
+            self.pace.record(Duration::ZERO);
+            limits.abort.as_ref().and_then(|a| a.error()).map_or(Ok(()), Err)
+        });
         if r.is_err() {
             // The caller may free its buffers once we return.
             for ch in self.channels.iter_mut() {
@@ -297,6 +309,30 @@ impl Engine {
             }
             other => other,
         }
+    }
+
+    /// Start the exchange on every channel it uses; true when all of it is done already (a
+    /// small call whose peers were there). Polls as long as the first stretch of `drive` would
+    /// before reading the clock, once when the policy does not spin.
+    fn start(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        active: u64,
+    ) -> Result<bool> {
+        let polls = if self.wait.hard.is_zero() { 1 } else { CLOCK_EVERY };
+        if active.count_ones() == 1 {
+            // Every operation is the one channel's.
+            let ch = &mut self.channels[active.trailing_zeros() as usize];
+            return ch.start(sends, recvs, on_recv, &|_| true, polls);
+        }
+        let route = &self.route;
+        let mut done = true;
+        for (c, ch) in used(&mut self.channels, active) {
+            done &= ch.start(sends, recvs, on_recv, &|peer| route[peer] == c, polls)?;
+        }
+        Ok(done)
     }
 
     /// `err` names the rank whose link failed or went silent; that rank is often a bystander.

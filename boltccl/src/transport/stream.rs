@@ -6,10 +6,14 @@
 //! caller's buffers ([`crate::wire::frame`] says which bytes are next). Nothing is allocated
 //! per message. A message goes on stream `part % streams`, so both ends agree without
 //! negotiation.
+//!
+//! Links that can move a small frame whole in one step ([`WholeFrames`]: shared-memory rings)
+//! start an exchange without its queues ([`Streams::start`]): a small call is then a copy in
+//! and a copy out per peer, and the queues take over only for what did not move at once.
 
 use super::{OnRecv, RecvOp, SendOp};
 use crate::error::{Error, Result};
-use crate::wire::frame::{Incoming, Outgoing};
+use crate::wire::frame::{check_encoded, Incoming, Outgoing};
 use crate::wire::{resync_header, Header, Kind, HEADER_LEN};
 use std::io::{self, Read, Write};
 
@@ -37,6 +41,26 @@ impl Queue {
     }
 }
 
+/// Payloads up to this size are tried whole by [`Streams::start`]: the small calls whose time
+/// is the bookkeeping's, not the copies'.
+const WHOLE_MAX: usize = 4096;
+/// Exchanges of at most this many operations each way are tried whole (their completions fit
+/// a mask).
+const WHOLE_OPS: usize = 64;
+
+/// A link that can move a small frame whole, in one step, or not at all: a frame is never
+/// left half written or half read by these, so the queues can take over from any of them.
+pub(crate) trait WholeFrames {
+    /// Write a frame, `header` then `payload`, if it can go all at once: false if not
+    /// (nothing written).
+    fn put_frame(&mut self, header: &[u8; HEADER_LEN], payload: &[u8]) -> io::Result<bool>;
+    /// The next frame's header, once all of it is in (nothing read).
+    fn peek_header(&self) -> io::Result<Option<[u8; HEADER_LEN]>>;
+    /// Read the next frame, header and payload (into `buf`), if all of it is in: false if
+    /// not (nothing read).
+    fn take_frame(&mut self, buf: &mut [u8]) -> io::Result<bool>;
+}
+
 /// Byte-stream links to the peers a channel serves, and this exchange's queues on them.
 pub(crate) struct Streams<L> {
     streams: usize,
@@ -49,6 +73,22 @@ pub(crate) struct Streams<L> {
 /// A link whose state makes no sense (a shared-memory ring a peer scribbled over).
 fn corrupt(peer: usize, e: io::Error) -> Error {
     Error::Protocol { from: format!("rank {peer}"), detail: e.to_string() }
+}
+
+/// A link to `peer` that failed while `doing` ("send", "receive") with an error that is neither
+/// `WouldBlock` nor `Interrupted`.
+fn failed(peer: usize, doing: &str, e: io::Error) -> Error {
+    if is_disconnect(&e) {
+        let detail = match doing {
+            "send" => format!("connection lost while sending ({e})"),
+            _ => format!("connection lost ({e})"),
+        };
+        return Error::PeerLost { rank: peer, detail };
+    }
+    if e.kind() == io::ErrorKind::InvalidData {
+        return corrupt(peer, e);
+    }
+    Error::io(peer, doing, e)
 }
 
 fn is_disconnect(e: &io::Error) -> bool {
@@ -72,7 +112,17 @@ impl<L: Read + Write> Streams<L> {
     }
 
     fn queue_of(&self, peer: usize, h: &Header) -> usize {
-        peer * self.streams + (h.part % self.streams as u64) as usize
+        peer * self.streams + self.stream_of(h)
+    }
+
+    /// The stream a frame goes on.
+    fn stream_of(&self, h: &Header) -> usize {
+        // Most channels have one stream: no division on the fast path.
+        if self.streams == 1 {
+            0
+        } else {
+            (h.part % self.streams as u64) as usize
+        }
     }
 
     /// Push every send queue as far as the socket allows. Returns whether anything moved.
@@ -97,14 +147,7 @@ impl<L: Read + Write> Streams<L> {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if is_disconnect(&e) => {
-                        return Err(Error::PeerLost {
-                            rank: op.peer,
-                            detail: format!("connection lost while sending ({e})"),
-                        })
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(corrupt(op.peer, e)),
-                    Err(e) => return Err(Error::io(op.peer, "send", e)),
+                    Err(e) => return Err(failed(op.peer, "send", e)),
                 }
             }
         }
@@ -137,11 +180,7 @@ impl<L: Read + Write> Streams<L> {
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if is_disconnect(&e) => {
-                        return Err(Error::PeerLost { rank: op.peer, detail: format!("connection lost ({e})") })
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(corrupt(op.peer, e)),
-                    Err(e) => return Err(Error::io(op.peer, "receive", e)),
+                    Err(e) => return Err(failed(op.peer, "receive", e)),
                 }
             }
         }
@@ -163,19 +202,35 @@ impl<L: Read + Write> Streams<L> {
         recvs: &[RecvOp<'_>],
         mine: &dyn Fn(usize) -> bool,
     ) -> Result<()> {
-        for q in self.sq.iter_mut().chain(self.rq.iter_mut()) {
-            q.reset();
-        }
+        self.forget_queues();
+        self.queue(sends, recvs, mine, 0, 0);
+        Ok(())
+    }
+
+    /// Queue the operations whose peer `mine` accepts, counting as done the first `sent`
+    /// sends and the receives in the mask `received` (each queue's done operations come
+    /// first in it).
+    fn queue(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &[RecvOp<'_>],
+        mine: &dyn Fn(usize) -> bool,
+        sent: usize,
+        received: u64,
+    ) {
         for (i, s) in sends.iter().enumerate().filter(|(_, s)| mine(s.peer)) {
             debug_assert_eq!(s.header.len as usize, s.data.len());
-            let q = self.queue_of(s.peer, &s.header);
-            self.sq[q].ops.push(i);
+            let qi = self.queue_of(s.peer, &s.header);
+            let q = &mut self.sq[qi];
+            q.ops.push(i);
+            q.next += usize::from(i < sent);
         }
         for (i, r) in recvs.iter().enumerate().filter(|(_, r)| mine(r.peer)) {
-            let q = self.queue_of(r.peer, &r.expect);
-            self.rq[q].ops.push(i);
+            let qi = self.queue_of(r.peer, &r.expect);
+            let q = &mut self.rq[qi];
+            q.ops.push(i);
+            q.next += usize::from(i < WHOLE_OPS && received >> i & 1 == 1);
         }
-        Ok(())
     }
 
     /// Move what can move without blocking; returns whether anything did.
@@ -192,6 +247,84 @@ impl<L: Read + Write> Streams<L> {
     pub(crate) fn waiting_on(&self) -> Option<usize> {
         let first = |qs: &[Queue]| qs.iter().position(Queue::pending).map(|qi| qi / self.streams);
         first(&self.rq).or_else(|| first(&self.sq))
+    }
+}
+
+impl<L: Read + Write + WholeFrames> Streams<L> {
+    /// Begin an exchange (as [`Streams::begin`]), moving small frames whole first: every send
+    /// that fits at once, in list order, then every receive that is all in, each polled up to
+    /// `polls` times. True when nothing is left; else the queues hold the rest. Each queue's
+    /// frames stay in order: a send waits for the sends before it, a receive for the
+    /// receives before it on its queue.
+    pub(crate) fn start(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        mine: &dyn Fn(usize) -> bool,
+        polls: u32,
+    ) -> Result<bool> {
+        self.forget_queues();
+        let small = sends.len() <= WHOLE_OPS
+            && recvs.len() <= WHOLE_OPS
+            && sends.iter().all(|s| s.data.len() <= WHOLE_MAX)
+            && recvs.iter().all(|r| r.buf.len() <= WHOLE_MAX);
+        if !small {
+            self.queue(sends, recvs, mine, 0, 0);
+            return Ok(false);
+        }
+        let mut sent = 0;
+        for s in sends {
+            if mine(s.peer) {
+                let stream = self.stream_of(&s.header);
+                let put = self.links[s.peer][stream].put_frame(&s.header.encode(), s.data);
+                if !put.map_err(|e| failed(s.peer, "send", e))? {
+                    break;
+                }
+            }
+            sent += 1;
+        }
+        let ours = recvs.iter().enumerate().filter(|(_, r)| mine(r.peer)).fold(0u64, |m, (i, _)| m | 1 << i);
+        let mut received = 0u64;
+        for _ in 0..polls.max(1) {
+            // Queues (as bits, modulo 64: a false hit only defers a receive) with a receive
+            // still to come: the receives behind it on its queue wait.
+            let mut blocked = 0u64;
+            for i in 0..recvs.len() {
+                let r = &mut recvs[i];
+                let q = self.queue_of(r.peer, &r.expect) % 64;
+                if ours >> i & 1 == 0 || received >> i & 1 == 1 || blocked >> q & 1 == 1 {
+                    continue;
+                }
+                if self.take_whole(r)? {
+                    received |= 1 << i;
+                    on_recv(recvs, i)?;
+                } else {
+                    blocked |= 1 << q;
+                }
+            }
+            if received == ours {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        if sent == sends.len() && received == ours {
+            return Ok(true);
+        }
+        self.queue(sends, recvs, mine, sent, received);
+        Ok(false)
+    }
+
+    /// Receive `r`'s frame if all of it is in; its header is checked as soon as that is in.
+    fn take_whole(&mut self, r: &mut RecvOp<'_>) -> Result<bool> {
+        let stream = self.stream_of(&r.expect);
+        let link = &mut self.links[r.peer][stream];
+        let Some(got) = link.peek_header().map_err(|e| failed(r.peer, "receive", e))? else { return Ok(false) };
+        // Equal bytes are a match; else the check says what differs.
+        if got != r.expect.encode() {
+            check_encoded(&got, &r.expect, r.peer)?;
+        }
+        link.take_frame(r.buf).map_err(|e| failed(r.peer, "receive", e))
     }
 }
 
@@ -368,5 +501,103 @@ impl<L: Read + Write> Streams<L> {
                 l.clear();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::shm::ring::{Inbox, RingPair};
+    use crate::types::{Collective, DType, ReduceOp};
+    use std::sync::Arc;
+
+    /// Rank 0's and rank 1's streams over one pair of 4 KiB rings.
+    fn two_ranks() -> (Streams<RingPair>, Streams<RingPair>) {
+        let (a, b) = (Arc::new(Inbox::create(0, 1, 4096).unwrap()), Arc::new(Inbox::create(1, 1, 4096).unwrap()));
+        let ab = RingPair::new(1, a.clone(), 0, b.as_peer(), 0).unwrap();
+        let ba = RingPair::new(0, b, 0, a.as_peer(), 0).unwrap();
+        (Streams::new(vec![vec![], vec![ab]]), Streams::new(vec![vec![ba], vec![]]))
+    }
+
+    fn header(seq: u32, piece: u64, len: usize) -> Header {
+        Header::data(Collective::AllToAll, 7, seq, DType::U8, ReduceOp::Sum, 0, 0).piece(piece, len)
+    }
+
+    /// What `start` could not move whole, the queues move, in order, after what it did: the
+    /// second frame does not fit beside the first, so the sender's queue takes over from it,
+    /// and the receiver's from the first frame not yet all in.
+    #[test]
+    fn the_queues_go_on_from_where_a_start_stopped() {
+        let (mut s0, mut s1) = two_ranks();
+        let payloads = [vec![1u8; 3000], vec![2u8; 2000], vec![3u8; 8]];
+        let sends: Vec<SendOp<'_>> = payloads
+            .iter()
+            .enumerate()
+            .map(|(k, p)| SendOp { peer: 1, header: header(1, k as u64, p.len()), data: p })
+            .collect();
+        let mut bufs: Vec<Vec<u8>> = payloads.iter().map(|p| vec![0u8; p.len()]).collect();
+        let mut recvs: Vec<RecvOp<'_>> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(k, b)| RecvOp { peer: 0, expect: header(1, k as u64, b.len()), buf: b })
+            .collect();
+        let all = |_: usize| true;
+        let mut order = Vec::new();
+        assert!(!s0.start(&sends, &mut [], &mut |_, _| Ok(()), &all, 1).unwrap(), "the second frame waits for room");
+        let mut arrived = |_: &[RecvOp<'_>], i: usize| {
+            order.push(i);
+            Ok(())
+        };
+        assert!(!s1.start(&[], &mut recvs, &mut arrived, &all, 4).unwrap());
+        for _ in 0..1000 {
+            if s0.waiting_on().is_none() && s1.waiting_on().is_none() {
+                break;
+            }
+            s0.pump(&sends, &mut [], &mut |_, _| Ok(())).unwrap();
+            s1.pump(&[], &mut recvs, &mut arrived).unwrap();
+        }
+        assert_eq!((s0.waiting_on(), s1.waiting_on()), (None, None), "the exchange finished");
+        drop(recvs);
+        assert_eq!(order, [0, 1, 2], "each receive completed once, in order");
+        assert_eq!(bufs, payloads);
+        // Small frames both ways go whole, with no queue left behind.
+        let sends = [SendOp { peer: 1, header: header(2, 0, 1), data: &[42] }];
+        let mut one = [0u8; 1];
+        let mut recvs = [RecvOp { peer: 0, expect: header(2, 0, 1), buf: &mut one }];
+        assert!(s0.start(&sends, &mut [], &mut |_, _| Ok(()), &all, 1).unwrap());
+        assert!(s1.start(&[], &mut recvs, &mut |_, _| Ok(()), &all, 1).unwrap());
+        assert_eq!((s0.waiting_on(), s1.waiting_on(), one), (None, None, [42]));
+        // A receive waits for the one before it on its queue: the next frame's header is in,
+        // its payload only half, and the receive after it must not take that header for its own.
+        let (a, b) = (header(3, 0, 8), header(3, 1, 1));
+        s0.links[1][0].write_all(&a.encode()).unwrap();
+        s0.links[1][0].write_all(&[5; 4]).unwrap();
+        let (mut first, mut second) = ([0u8; 8], [0u8; 1]);
+        let mut recvs =
+            [RecvOp { peer: 0, expect: a, buf: &mut first }, RecvOp { peer: 0, expect: b, buf: &mut second }];
+        assert!(!s1.start(&[], &mut recvs, &mut |_, _| Ok(()), &all, 3).unwrap());
+        s0.links[1][0].write_all(&[5; 4]).unwrap();
+        let sends = [SendOp { peer: 1, header: b, data: &[6] }];
+        assert!(s0.start(&sends, &mut [], &mut |_, _| Ok(()), &all, 1).unwrap());
+        while s1.waiting_on().is_some() {
+            s1.pump(&[], &mut recvs, &mut |_, _| Ok(())).unwrap();
+        }
+        assert_eq!((first, second), ([5; 8], [6]));
+    }
+
+    /// A whole frame is checked before it is taken: a mismatch is an error naming the sender,
+    /// and the frame stays in the ring, where a shrink's resync will find it.
+    #[test]
+    fn a_whole_frame_with_the_wrong_header_is_an_error_and_stays_unread() {
+        let (mut s0, mut s1) = two_ranks();
+        let sends = [SendOp { peer: 1, header: header(1, 0, 4), data: &[1, 2, 3, 4] }];
+        assert!(s0.start(&sends, &mut [], &mut |_, _| Ok(()), &|_| true, 1).unwrap());
+        let mut buf = [0u8; 4];
+        let mut recvs = [RecvOp { peer: 0, expect: header(2, 0, 4), buf: &mut buf }];
+        let e = s1.start(&[], &mut recvs, &mut |_, _| Ok(()), &|_| true, 1).unwrap_err();
+        assert!(matches!(e, Error::Mismatch { rank: 0, .. }), "{e}");
+        assert!(e.to_string().contains("call #1") && e.to_string().contains("#2"), "{e}");
+        assert_eq!(s1.links[0][0].peek_header().unwrap(), Some(header(1, 0, 4).encode()), "the frame is still there");
+        assert_eq!(buf, [0; 4]);
     }
 }

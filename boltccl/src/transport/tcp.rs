@@ -31,8 +31,17 @@ impl Channel for TcpChannel {
         LinkKind::Tcp
     }
 
-    fn begin(&mut self, sends: &[SendOp<'_>], recvs: &[RecvOp<'_>], mine: &dyn Fn(usize) -> bool) -> Result<()> {
-        self.0.begin(sends, recvs, mine)
+    fn start(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        _: &mut OnRecv<'_>,
+        mine: &dyn Fn(usize) -> bool,
+        _: u32,
+    ) -> Result<bool> {
+        // Every move is a system call: the engine's pumps make them.
+        self.0.begin(sends, recvs, mine)?;
+        Ok(false)
     }
 
     fn pump(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<bool> {

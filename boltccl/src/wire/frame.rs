@@ -95,12 +95,17 @@ impl Incoming {
         self.done += n;
         if had < HEADER_LEN && self.done >= HEADER_LEN {
             // The payload may already be partly in the buffer; it only counts once the header matches.
-            let got =
-                Header::decode(&self.hdr).map_err(|d| Error::Protocol { from: format!("rank {peer}"), detail: d })?;
-            check(expect, &got, peer)?;
+            check_encoded(&self.hdr, expect, peer)?;
         }
         Ok(self.done == HEADER_LEN + expect.len as usize)
     }
+}
+
+/// Check the encoded header of a data frame from `peer` against `expect`: an error naming the
+/// peer when it is no header, or not the one due.
+pub fn check_encoded(hdr: &[u8; HEADER_LEN], expect: &Header, peer: usize) -> Result<()> {
+    let got = Header::decode(hdr).map_err(|d| Error::Protocol { from: format!("rank {peer}"), detail: d })?;
+    check(expect, &got, peer)
 }
 
 /// What arrives on a control connection.

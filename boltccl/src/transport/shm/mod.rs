@@ -58,15 +58,20 @@ impl Channel for ShmChannel {
         LinkKind::SharedMemory
     }
 
-    fn begin(&mut self, sends: &[SendOp<'_>], recvs: &[RecvOp<'_>], mine: &dyn Fn(usize) -> bool) -> Result<()> {
-        self.streams.begin(sends, recvs, mine)
+    fn start(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        on_recv: &mut OnRecv<'_>,
+        mine: &dyn Fn(usize) -> bool,
+        polls: u32,
+    ) -> Result<bool> {
+        self.awake();
+        self.streams.start(sends, recvs, on_recv, mine, polls)
     }
 
     fn pump(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<bool> {
-        if self.asleep.replace(false) {
-            self.inbox.set_sleeping(false);
-            self.inbox.drain();
-        }
+        self.awake();
         self.streams.pump(sends, recvs, on_recv)
     }
 
@@ -150,6 +155,14 @@ impl Channel for ShmChannel {
 }
 
 impl ShmChannel {
+    /// Back from a sleep on the doorbell: say so, and empty it.
+    fn awake(&self) {
+        if self.asleep.replace(false) {
+            self.inbox.set_sleeping(false);
+            self.inbox.drain();
+        }
+    }
+
     /// Tell the local peers this rank has left, and wake them to notice.
     fn depart(&self) {
         self.inbox.depart();

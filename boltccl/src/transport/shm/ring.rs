@@ -22,6 +22,8 @@
 //! changed under it.
 
 use super::segment::Segment;
+use crate::transport::stream::WholeFrames;
+use crate::wire::HEADER_LEN;
 use rustix::fd::{AsFd, OwnedFd};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -537,6 +539,49 @@ impl RingPair {
     }
 }
 
+/// Whole frames never lend: a payload that goes by a pull takes the queues.
+impl WholeFrames for RingPair {
+    /// Put a frame in at once, `header` and then `payload`, if the ring has room for all of
+    /// it: false when it has not, or when the payload goes by a pull (nothing written).
+    fn put_frame(&mut self, header: &[u8; HEADER_LEN], payload: &[u8]) -> io::Result<bool> {
+        let want = (HEADER_LEN + payload.len()) as u64;
+        if (self.pulls.by_peer && self.pulls.applies(payload.len())) || self.room_for(want)? < want {
+            return Ok(false);
+        }
+        self.out.put(self.tail, header);
+        self.out.put(self.tail + HEADER_LEN as u64, payload);
+        self.tail += want;
+        self.out.control().tail.store(self.tail, Ordering::Release);
+        self.into.nudge();
+        Ok(true)
+    }
+
+    /// The header of the next frame, once all of it is in (nothing is taken).
+    fn peek_header(&self) -> io::Result<Option<[u8; HEADER_LEN]>> {
+        if self.waiting()? < HEADER_LEN as u64 {
+            return Ok(None);
+        }
+        let mut h = [0u8; HEADER_LEN];
+        self.inp.take(self.head, &mut h);
+        Ok(Some(h))
+    }
+
+    /// Take the next frame, its header (already looked at with [`RingPair::peek_header`]) and
+    /// its payload into `buf`, if all of it is in: false when it is not, or when the payload
+    /// comes by a pull (nothing taken).
+    fn take_frame(&mut self, buf: &mut [u8]) -> io::Result<bool> {
+        let want = (HEADER_LEN + buf.len()) as u64;
+        if (self.pulls.from_peer.is_some() && self.pulls.applies(buf.len())) || self.waiting()? < want {
+            return Ok(false);
+        }
+        self.inp.take(self.head + HEADER_LEN as u64, buf);
+        self.head += want;
+        self.inp.control().head.store(self.head, Ordering::Release);
+        self.into.nudge();
+        Ok(true)
+    }
+}
+
 impl Write for RingPair {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_vectored(&[IoSlice::new(buf)])
@@ -699,6 +744,43 @@ mod tests {
         }
         assert_eq!(got, data);
         assert!(would_block(b.read(&mut [0u8; 8])), "nothing more to read");
+    }
+
+    /// A whole frame goes in and comes out only whole: without room for all of it, or with
+    /// only part of it in, nothing moves, and the byte stream carries on at the frame's start.
+    #[test]
+    fn whole_frames_move_whole_or_not_at_all() {
+        let (mut a, mut b) = pair(4096, 1024);
+        let h = [5u8; HEADER_LEN];
+        let big = vec![1u8; 1000];
+        for _ in 0..3 {
+            assert!(a.put_frame(&h, &big).unwrap());
+        }
+        assert!(!a.put_frame(&h, &big).unwrap(), "1,040 bytes do not fit in the 976 left");
+        assert!(!a.put_frame(&h, &[9u8; 2000]).unwrap(), "a payload that goes by a pull is not put whole");
+        let mut out = vec![0u8; 1000];
+        for _ in 0..3 {
+            assert_eq!(b.peek_header().unwrap(), Some(h));
+            assert!(b.take_frame(&mut out).unwrap());
+            assert_eq!(out, big);
+        }
+        assert_eq!(b.peek_header().unwrap(), None);
+        // A frame the streamed path writes bit by bit is taken once its last byte is in.
+        a.write_all(&h[..20]).unwrap();
+        assert_eq!(b.peek_header().unwrap(), None, "half a header");
+        a.write_all(&h[20..]).unwrap();
+        a.write_all(&[3u8; 4]).unwrap();
+        assert_eq!(b.peek_header().unwrap(), Some(h));
+        let mut eight = [0u8; 8];
+        assert!(!b.take_frame(&mut eight).unwrap(), "4 of its 8 payload bytes are in");
+        a.write_all(&[3u8; 4]).unwrap();
+        assert!(b.take_frame(&mut eight).unwrap());
+        assert_eq!(eight, [3u8; 8]);
+        // And the streamed path reads on from a frame put whole.
+        assert!(a.put_frame(&h, &[4u8; 2]).unwrap());
+        let mut rest = [0u8; HEADER_LEN + 2];
+        b.read_exact(&mut rest).unwrap();
+        assert_eq!((&rest[..HEADER_LEN], &rest[HEADER_LEN..]), (&h[..], &[4u8, 4][..]));
     }
 
     #[test]

@@ -63,7 +63,14 @@ impl Channel for VerbsChannel {
         LinkKind::Rdma
     }
 
-    fn begin(&mut self, sends: &[SendOp<'_>], recvs: &[RecvOp<'_>], mine: &dyn Fn(usize) -> bool) -> Result<()> {
+    fn start(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        _: &mut OnRecv<'_>,
+        mine: &dyn Fn(usize) -> bool,
+        _: u32,
+    ) -> Result<bool> {
         for l in self.links.iter_mut().flatten() {
             l.begin();
         }
@@ -73,7 +80,7 @@ impl Channel for VerbsChannel {
         for (i, r) in recvs.iter().enumerate().filter(|(_, r)| mine(r.peer)) {
             self.link(r.peer, r.expect.part)?.add_recv(i);
         }
-        Ok(())
+        Ok(false)
     }
 
     fn pump(&mut self, sends: &[SendOp<'_>], recvs: &mut [RecvOp<'_>], on_recv: &mut OnRecv<'_>) -> Result<bool> {
