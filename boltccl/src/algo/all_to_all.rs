@@ -128,6 +128,35 @@ fn count_frames(
     Ok((sends, recvs))
 }
 
+/// All-to-all of equal parts: `input` and `output` hold one part per rank, in rank order.
+pub(crate) fn all_to_all_equal(comm: &mut Comm<'_>, input: &[u8], output: &mut [u8], pairwise: bool) -> Result<()> {
+    let (p, me) = (comm.size(), comm.me);
+    let part = input.len() / p;
+    if pairwise || part > comm.chunk {
+        let parts: Small<Range<usize>> = (0..p).map(|q| q * part..(q + 1) * part).collect();
+        return all_to_all(comm, input, &parts, output, &parts, None, pairwise);
+    }
+    // Every part one piece (every small call): one exchange, its lists made straight from the
+    // parts, every frame under the one header. The frames are the ones the general path sends
+    // (step 0, piece 0); only its bookkeeping is skipped.
+    let header = comm.hdr(Phase::AllToAll, 0, 0, part)?;
+    let mut s: Small<SendOp<'_>> = Small::new();
+    let mut r: Small<RecvOp<'_>> = Small::new();
+    let mut rest = output;
+    for q in 0..p {
+        let (buf, tail) = std::mem::take(&mut rest).split_at_mut(part);
+        rest = tail;
+        let data = &input[q * part..][..part];
+        if q == me {
+            buf.copy_from_slice(data);
+        } else {
+            s.push(SendOp { peer: comm.peer(q), header, data });
+            r.push(RecvOp { peer: comm.peer(q), expect: header, buf });
+        }
+    }
+    comm.exchange(&s, &mut r, &mut |_, _| Ok(()))
+}
+
 /// All-to-all: `input[send[q]]` goes to rank q, which receives it in `output[recv[me]]`
 /// (byte ranges, one per group rank). `counts` is the `v` form's per-pair counts (`None`: the
 /// equal form); `pairwise` picks the schedule. The caller has checked that this rank's own
@@ -144,19 +173,6 @@ pub(crate) fn all_to_all(
     let (p, me) = (comm.size(), comm.me);
     let mut parts = super::regions(output, recv)?;
     parts[me].copy_from_slice(&input[send[me].clone()]);
-    if !pairwise && counts.is_none() && send.iter().chain(recv).all(|r| r.len() <= comm.chunk) {
-        // Every part one piece (every small call): one exchange, its lists made straight from
-        // the parts. The frames are the ones the general path sends (step 0, piece 0); only
-        // its bookkeeping is skipped, about 100 ns of a 2-rank call (2026-12-03).
-        let mut s: Small<SendOp<'_>> = Small::new();
-        let mut r: Small<RecvOp<'_>> = Small::new();
-        for (q, buf) in parts.into_iter().enumerate().filter(|&(q, _)| q != me) {
-            let data = &input[send[q].clone()];
-            s.push(SendOp { peer: comm.peer(q), header: comm.hdr(Phase::AllToAll, 0, 0, data.len())?, data });
-            r.push(RecvOp { peer: comm.peer(q), expect: comm.hdr(Phase::AllToAll, 0, 0, buf.len())?, buf });
-        }
-        return comm.exchange(&s, &mut r, &mut |_, _| Ok(()));
-    }
     let pair = |c: &Option<Counts<'_>>, q: usize, sending: bool| {
         c.as_ref().map(|c| if sending { c.send[q] } else { c.recv[q] })
     };

@@ -367,17 +367,12 @@ impl Op<'_> {
 
     /// Run a (checked) all-to-all, gather, scatter or reduce.
     fn run_rooted_and_all_to_all(self, g: &Core, turn: Turn) -> Result<()> {
-        let p = g.size();
         match self {
             Op::AllToAll { dtype, input, output } => {
-                let plan = select::all_to_all(Some(input.len()), &g.cabling, &g.shared.cfg);
-                let m = input.len() / p;
-                let parts: crate::algo::Small<std::ops::Range<usize>> = (0..p).map(|q| q * m..(q + 1) * m).collect();
+                let pairwise =
+                    select::all_to_all(Some(input.len()), &g.cabling, &g.shared.cfg) == AllToAllPlan::Pairwise;
                 let call = Call::new(Collective::AllToAll, dtype, ReduceOp::Sum, input.len());
-                g.run(call, turn, |comm, _| {
-                    let pairwise = plan == AllToAllPlan::Pairwise;
-                    all_to_all::all_to_all(comm, input, &parts, output, &parts, None, pairwise)
-                })
+                g.run(call, turn, |comm, _| all_to_all::all_to_all_equal(comm, input, output, pairwise))
             }
             Op::AllToAllV { dtype, input, send_counts, output, recv_counts } => {
                 let plan = select::all_to_all(None, &g.cabling, &g.shared.cfg);

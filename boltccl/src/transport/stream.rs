@@ -68,6 +68,9 @@ pub(crate) struct Streams<L> {
     pub links: Vec<Vec<L>>,
     sq: Vec<Queue>,
     rq: Vec<Queue>,
+    /// Something was queued since the queues were last cleared (an exchange that moved all
+    /// of its frames whole has nothing to clear).
+    queued: bool,
 }
 
 /// A link whose state makes no sense (a shared-memory ring a peer scribbled over).
@@ -108,7 +111,7 @@ impl<L: Read + Write> Streams<L> {
     pub(crate) fn new(links: Vec<Vec<L>>) -> Streams<L> {
         let streams = links.iter().map(|l| l.len()).max().unwrap_or(1).max(1);
         let queues = || (0..links.len() * streams).map(|_| Queue::default()).collect::<Vec<_>>();
-        Streams { streams, sq: queues(), rq: queues(), links }
+        Streams { streams, sq: queues(), rq: queues(), links, queued: false }
     }
 
     fn queue_of(&self, peer: usize, h: &Header) -> usize {
@@ -218,6 +221,7 @@ impl<L: Read + Write> Streams<L> {
         sent: usize,
         received: u64,
     ) {
+        self.queued = true;
         for (i, s) in sends.iter().enumerate().filter(|(_, s)| mine(s.peer)) {
             debug_assert_eq!(s.header.len as usize, s.data.len());
             let qi = self.queue_of(s.peer, &s.header);
@@ -489,8 +493,10 @@ impl<L: Read + Write> Streams<L> {
 
     /// Forget whatever the failed exchange left in the queues.
     pub(crate) fn forget_queues(&mut self) {
-        for q in self.sq.iter_mut().chain(self.rq.iter_mut()) {
-            q.reset();
+        if std::mem::take(&mut self.queued) {
+            for q in self.sq.iter_mut().chain(self.rq.iter_mut()) {
+                q.reset();
+            }
         }
     }
 
