@@ -12,7 +12,7 @@
 # BENCH_OUT; BOLTCCL_BIN measures a given build instead of building this checkout, and
 # BOLTCCL_BASELINE=/path/to/an/older/boltccl adds its shared-memory figures as column
 # boltccl-baseline (a before/after of a change, in the same run). Each round runs, per rank
-# count, the peers, then the boltccl columns, into one results file; the table (each cell the
+# count, every column into one results file, each boltccl column right after its peer; the table (each cell the
 # median over the rounds of its per-round figure, then the ratios) goes to stdout and
 # $BENCH_OUT/alltoall.md. This VM has states that last seconds to minutes in which small
 # messages between two cores take twice as long, for Open MPI as for boltccl: with one round,
@@ -38,31 +38,35 @@ mpicc -O2 -o "$OUT/mpi_collective" "$ROOT/scripts/bench/mpi_collective.c"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca oob_tcp_if_include lo --mca pml ob1)
 RES="$OUT/alltoall-$(date +%Y%m%d-%H%M%S).jsonl"
 : >"$RES"
+# One boltccl column: label, backend, algorithm, binary.
+boltccl_column() {
+  local label=$1 backend=$2 algo=$3 bin=$4
+  echo "--- n=$n $label (round $round)"
+  BOLTCCL_BACKEND="$backend" BOLTCCL_ALGO="$algo" "$bin" bench -n "$n" --ops all-to-all --sizes "$sizes" \
+    --budget-s "$BUDGET" --json "$RES" --label "$label" --round "$round" || echo "$label n=$n failed rc=$?"
+}
 for round in $(seq 1 "$ROUNDS"); do
   for n in $NS; do
     sizes="${A2A_SIZES:-$((4 * n)),1024,65536,1048576,16777216,67108864}"
+    # Each boltccl column right after the peer it is compared with: a slow state of the machine
+    # (they last seconds to minutes) then falls on both more often than on one.
     echo "--- n=$n mpi-shm (round $round)"
     timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,vader -np "$n" "$OUT/mpi_collective" "$RES" mpi-shm "$BUDGET" "$sizes" ||
       echo "mpi-shm n=$n failed rc=$?"
+    boltccl_column boltccl auto auto "$BIN"
+    [ -n "${BOLTCCL_BASELINE:-}" ] && boltccl_column boltccl-baseline auto auto "$BOLTCCL_BASELINE"
     echo "--- n=$n mpi-tcp (round $round)"
     timeout -k 10 600 "${MPIRUN[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo -np "$n" \
       "$OUT/mpi_collective" "$RES" mpi-tcp "$BUDGET" "$sizes" || echo "mpi-tcp n=$n failed rc=$?"
+    boltccl_column boltccl-tcp tcp auto "$BIN"
     for backend in gloo boltccl; do
       echo "--- n=$n torch $backend (round $round)"
       PEER_SIZES="$sizes" PEER_BUDGET_S="$BUDGET" timeout -k 10 600 "$TORCH_PY" "$PEERS/launch_local.py" "$n" \
         --port $((29700 + n)) --timeout 590 -- "$TORCH_PY" "$ROOT/scripts/bench/alltoall_torch.py" "$PEERS" "$RES" "$backend" ||
         echo "torch $backend n=$n failed rc=$?"
     done
-    # label=backend=algorithm=binary
-    entries=("boltccl=auto=auto=$BIN" "boltccl-pairwise=auto=ring=$BIN" "boltccl-tcp=tcp=auto=$BIN"
-      "boltccl-tcp-pairwise=tcp=ring=$BIN")
-    [ -n "${BOLTCCL_BASELINE:-}" ] && entries+=("boltccl-baseline=auto=auto=$BOLTCCL_BASELINE")
-    for entry in "${entries[@]}"; do
-      IFS== read -r label backend algo bin <<<"$entry"
-      echo "--- n=$n $label (round $round)"
-      BOLTCCL_BACKEND="$backend" BOLTCCL_ALGO="$algo" "$bin" bench -n "$n" --ops all-to-all --sizes "$sizes" \
-        --budget-s "$BUDGET" --json "$RES" --label "$label" --round "$round" || echo "$label n=$n failed rc=$?"
-    done
+    boltccl_column boltccl-pairwise auto ring "$BIN"
+    boltccl_column boltccl-tcp-pairwise tcp ring "$BIN"
   done
 done
 echo "# $(date '+%Y-%m-%d %H:%M'), load average $(cut -d' ' -f1-3 /proc/loadavg) at the end" | tee "$OUT/alltoall.md"
