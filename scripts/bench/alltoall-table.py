@@ -9,7 +9,11 @@ the best TCP peer (Open MPI TCP, Gloo), and boltccl through torch (torch-boltccl
 against Gloo through torch; a latency ratio below 1 and a busbw ratio above 1 mean boltccl is
 ahead. "pairwise / at once": the time of BOLTCCL_ALGO=ring (pairwise rounds) over
 that of auto (every peer at once), over shared memory and TCP: above 1, the rounds are slower.
-With several rounds in the file, each cell is the median over them. A boltccl-baseline column
+With several rounds in the file, each cell is the median over them, and "shm: rounds ahead"
+pairs boltccl with Open MPI's shared memory round by round (the bench runs the two one after
+the other): in how many rounds boltccl took less time, and the median of the rounds' latency
+ratios, which a slow state of the machine falling on one column of a round moves less than
+it moves the ratio of the medians. A boltccl-baseline column
 (an older build, BOLTCCL_BASELINE) adds "vs baseline": boltccl's latency over its.
 """
 import json
@@ -38,7 +42,7 @@ def main(path):
     for n in sorted({k[1] for k in figs}):
         cols = [c for c in COLS if any(k[0] == c and k[1] == n for k in figs)]
         base = any(k[0] == "boltccl-baseline" and k[1] == n for k in figs)
-        extra = (["vs baseline"] if base else []) + ["latency vs mpi-shm", "busbw vs mpi-shm", "tcp: latency vs mpi-tcp", "tcp: busbw vs best TCP peer", "torch: latency vs gloo", "torch: busbw vs gloo", "pairwise / at once (shm)", "pairwise / at once (tcp)"]
+        extra = (["vs baseline"] if base else []) + ["latency vs mpi-shm", "busbw vs mpi-shm", "shm: rounds ahead, median ratio", "tcp: latency vs mpi-tcp", "tcp: busbw vs best TCP peer", "torch: latency vs gloo", "torch: busbw vs gloo", "pairwise / at once (shm)", "pairwise / at once (tcp)"]
         print(f"\n### float32 all_to_all, {n} ranks (latency µs / busbw GB/s)\n")
         print("| size | " + " | ".join(cols + extra) + " |")
         print("|" + "---|" * (1 + len(cols) + len(extra)))
@@ -51,11 +55,19 @@ def main(path):
             def r(a, d, fmt, m=lat):
                 return fmt.format(m[a] / m[d]) if a in m and d in m and m[d] else "—"
 
+            def paired(a, d):
+                xs, ys = figs.get((a, n, b), []), figs.get((d, n, b), [])
+                if len(xs) < 2 or len(xs) != len(ys):
+                    return "—"
+                ratios = [x / y for x, y in zip(xs, ys)]
+                return f"{sum(q < 1 for q in ratios)}/{len(ratios)}, {statistics.median(ratios):.2f}"
+
             best_tcp = max((p for p in ("mpi-tcp", "gloo") if p in bus), key=lambda p: bus[p], default=None)
             cells += [r("boltccl", "boltccl-baseline", "{:.2f}")] if base else []
             cells += [
                 r("boltccl", "mpi-shm", "{:.2f}"),
                 r("boltccl", "mpi-shm", "{:.2f}×", bus),
+                paired("boltccl", "mpi-shm"),
                 r("boltccl-tcp", "mpi-tcp", "{:.2f}"),
                 r("boltccl-tcp", best_tcp, "{:.2f}×", bus) if best_tcp else "—",
                 r("torch-boltccl", "gloo", "{:.2f}"),
