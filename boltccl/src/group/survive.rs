@@ -94,7 +94,7 @@ impl Group {
         tracing::debug!(rank = me, size = members.len(), took = ?started.elapsed(), "shrink: new group");
         let next = Arc::new(Shared {
             transport: shared.transport.clone(),
-            poison: std::sync::OnceLock::new(),
+            poison: OnceLock::new(),
             abort: Arc::new(AbortSignal::new().map_err(|e| Error::local_io("abort signal", e))?),
             retired: Default::default(),
             generation: shared.generation + 1,

@@ -71,6 +71,14 @@ pub struct Limits<'a> {
 }
 
 impl Limits<'_> {
+    /// The abort another thread raised, if any.
+    pub fn aborted(&self) -> Result<()> {
+        match self.abort.and_then(AbortSignal::error) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// Run the interrupt check, if any.
     pub fn interrupted(&self) -> Result<()> {
         // Not called under the lock: the check may wait for a lock (Python's) whose holder

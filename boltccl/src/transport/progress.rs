@@ -290,7 +290,7 @@ impl Engine {
                 return self.drive(sends, recvs, on_recv, limits, active);
             }
             self.pace.record(Duration::ZERO);
-            limits.abort.as_ref().and_then(|a| a.error()).map_or(Ok(()), Err)
+            limits.aborted()
         });
         if r.is_err() {
             // The caller may free its buffers once we return.
@@ -393,9 +393,7 @@ impl Engine {
             for (_, ch) in used(channels, active) {
                 moved |= ch.pump(sends, recvs, on_recv)?;
             }
-            if let Some(e) = limits.abort.as_ref().and_then(|a| a.error()) {
-                return Err(e);
-            }
+            limits.aborted()?;
             let waiting_on = channels.iter().enumerate().filter(|(c, _)| uses(*c)).find_map(|(_, c)| c.waiting_on());
             let Some(blocked) = waiting_on else {
                 pace.record(longest);
