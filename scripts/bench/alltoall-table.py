@@ -13,7 +13,8 @@ With several rounds in the file, each cell is the median over them, and "shm: ro
 pairs boltccl with Open MPI's shared memory round by round (the bench runs the two one after
 the other): in how many rounds boltccl took less time, and the median of the rounds' latency
 ratios, which a slow state of the machine falling on one column of a round moves less than
-it moves the ratio of the medians. A boltccl-baseline column
+it moves the ratio of the medians; "tcp: rounds ahead" pairs boltccl-tcp with Open MPI over
+TCP the same way. A boltccl-baseline column
 (an older build, BOLTCCL_BASELINE) adds "vs baseline": boltccl's latency over its.
 """
 import json
@@ -42,7 +43,7 @@ def main(path):
     for n in sorted({k[1] for k in figs}):
         cols = [c for c in COLS if any(k[0] == c and k[1] == n for k in figs)]
         base = any(k[0] == "boltccl-baseline" and k[1] == n for k in figs)
-        extra = (["vs baseline"] if base else []) + ["latency vs mpi-shm", "busbw vs mpi-shm", "shm: rounds ahead, median ratio", "tcp: latency vs mpi-tcp", "tcp: busbw vs best TCP peer", "torch: latency vs gloo", "torch: busbw vs gloo", "pairwise / at once (shm)", "pairwise / at once (tcp)"]
+        extra = (["vs baseline"] if base else []) + ["latency vs mpi-shm", "busbw vs mpi-shm", "shm: rounds ahead, median ratio", "tcp: latency vs mpi-tcp", "tcp: busbw vs best TCP peer", "tcp: rounds ahead, median ratio", "torch: latency vs gloo", "torch: busbw vs gloo", "pairwise / at once (shm)", "pairwise / at once (tcp)"]
         print(f"\n### float32 all_to_all, {n} ranks (latency µs / busbw GB/s)\n")
         print("| size | " + " | ".join(cols + extra) + " |")
         print("|" + "---|" * (1 + len(cols) + len(extra)))
@@ -70,6 +71,7 @@ def main(path):
                 paired("boltccl", "mpi-shm"),
                 r("boltccl-tcp", "mpi-tcp", "{:.2f}"),
                 r("boltccl-tcp", best_tcp, "{:.2f}×", bus) if best_tcp else "—",
+                paired("boltccl-tcp", "mpi-tcp"),
                 r("torch-boltccl", "gloo", "{:.2f}"),
                 r("torch-boltccl", "gloo", "{:.2f}×", bus),
                 r("boltccl-pairwise", "boltccl", "{:.2f}"),
